@@ -1,0 +1,3 @@
+module github.com/gustws/gust
+
+go 1.24
