@@ -1,0 +1,163 @@
+// Package load is gustload's engine: a WebSocket load generator that speaks the wire protocol
+// itself (RFC 6455 client side: upgrade with a random key and a checked accept, masked frames),
+// keeps a window of messages in flight per connection and verifies every echo byte for byte
+// and in order.
+package load
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Config is one load run. The zero value of every optional field is a sensible default.
+type Config struct {
+	// Target is host:port[/path] (tcpkali style) or ws://host:port/path.
+	Target string
+	// Conns is the number of connections (default 1).
+	Conns int
+	// Window is the number of messages in flight per connection (default 1).
+	Window int
+	// Rate limits the messages per second per connection; 0 means as fast as the window allows.
+	Rate float64
+	// Duration of the measured phase, after every connection is up (default 10s).
+	Duration time.Duration
+	// Count, when > 0, stops each connection after that many messages.
+	Count int64
+
+	// Message is a fixed payload (-m, -f); when nil, Size random bytes are sent instead, with
+	// a sequence number in their first 8 (binary) or 16 (text, hex) bytes.
+	Message []byte
+	// Size of the random payload (default 300 when Message is nil).
+	Size int
+	// Binary sends binary messages instead of text.
+	Binary bool
+
+	// RecvOnly connects and counts what the server sends, sending nothing.
+	RecvOnly bool
+	// Idle connects, completes the handshakes, holds the connections for Duration and reports
+	// the server's memory, sending nothing.
+	Idle bool
+	// AllowMasked accepts masked frames from the server: raw-copy and raw-buf echo the client's
+	// masked frames as they are. A masked server frame is an error otherwise.
+	AllowMasked bool
+
+	// Timeout is how long an echo may take before the run fails (default 10s).
+	Timeout time.Duration
+	// ConnectTimeout bounds each dial plus handshake (default 10s).
+	ConnectTimeout time.Duration
+	// DialConcurrency is the number of handshakes in progress at once while ramping (default 64).
+	DialConcurrency int
+	// ConnectRate limits new connections per second while ramping; 0 means no limit.
+	ConnectRate float64
+	// SourceAddrs is the number of loopback source addresses (127.0.0.2, .3, ...) to bind;
+	// 0 picks one per 20,000 connections when Conns > 20,000 and none otherwise.
+	SourceAddrs int
+
+	// ServerPID, when > 0, is the server whose CPU time and RSS are read from /proc.
+	ServerPID int
+	// StatsURL, when set, is the server's /debug/stats endpoint (see cmd/echoserver): heap,
+	// goroutines and allocations before and after.
+	StatsURL string
+	// Label is copied into the result (the bench driver puts the server's name there).
+	Label string
+
+	// Progress, when set, receives a line per second.
+	Progress io.Writer
+	// Seed makes the payload and masking keys reproducible when non-zero.
+	Seed uint64
+}
+
+const perSourceAddr = 20000
+
+func (c *Config) setDefaults() error {
+	if c.Conns <= 0 {
+		c.Conns = 1
+	}
+	if c.Window <= 0 {
+		c.Window = 1
+	}
+	if c.Duration <= 0 && c.Count <= 0 {
+		c.Duration = 10 * time.Second
+	}
+	if c.Message == nil && c.Size == 0 {
+		c.Size = 300
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = 10 * time.Second
+	}
+	if c.ConnectTimeout <= 0 {
+		c.ConnectTimeout = 10 * time.Second
+	}
+	if c.DialConcurrency <= 0 {
+		c.DialConcurrency = 64
+	}
+	if c.Rate < 0 {
+		return errors.New("rate < 0")
+	}
+	if c.RecvOnly && c.Idle {
+		return errors.New("-recv-only and -idle exclude each other")
+	}
+	if c.Idle && c.Duration <= 0 {
+		return errors.New("-idle needs a duration (-T)")
+	}
+	return nil
+}
+
+// target is a parsed Target.
+type target struct {
+	host string // host:port
+	path string // request-target, at least "/"
+	ip   net.IP // the host's IP when it is a literal
+}
+
+func parseTarget(s string) (target, error) {
+	if s == "" {
+		return target{}, errors.New("no target (host:port[/path] or ws://host:port/path)")
+	}
+	if strings.HasPrefix(s, "wss://") {
+		return target{}, errors.New("wss:// is not supported (gustload speaks plain TCP)")
+	}
+	if !strings.HasPrefix(s, "ws://") {
+		s = "ws://" + s
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return target{}, fmt.Errorf("target: %w", err)
+	}
+	if u.Port() == "" {
+		u.Host = net.JoinHostPort(u.Hostname(), "80")
+	}
+	t := target{host: u.Host, path: u.RequestURI()}
+	if t.path == "" {
+		t.path = "/"
+	}
+	t.ip = net.ParseIP(u.Hostname())
+	return t, nil
+}
+
+// sourceAddrs returns the local addresses to bind, nil for "let the kernel pick".
+func (c *Config) sourceAddrs(t target) ([]net.IP, error) {
+	n := c.SourceAddrs
+	if n == 0 && c.Conns > perSourceAddr {
+		n = (c.Conns + perSourceAddr - 1) / perSourceAddr
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	if t.ip == nil || !t.ip.IsLoopback() || t.ip.To4() == nil {
+		return nil, fmt.Errorf("several source addresses need an IPv4 loopback target, not %s", t.host)
+	}
+	if n > 250 {
+		return nil, fmt.Errorf("%d source addresses are too many", n)
+	}
+	ips := make([]net.IP, n)
+	for i := range ips {
+		ips[i] = net.IPv4(127, 0, 0, byte(2+i))
+	}
+	return ips, nil
+}

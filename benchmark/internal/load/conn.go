@@ -1,0 +1,524 @@
+package load
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha1"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// wsConn is one client connection: a writer goroutine that keeps Window messages in flight and
+// a reader goroutine that parses and verifies the echoes.
+type wsConn struct {
+	id  int
+	r   *runner
+	nc  net.Conn
+	key [4]byte // masking key of every frame this connection sends
+
+	wmu sync.Mutex // the writer, pongs and the close frame share the socket
+
+	sent    atomic.Int64 // messages written
+	acked   atomic.Int64 // echoes received and verified (or messages received, in recv-only)
+	rxBytes atomic.Int64 // payload bytes of the messages counted in acked
+	wake    chan struct{}
+	times   []atomic.Int64 // send time of message s at s % Window (ns since runner start)
+
+	closing  atomic.Bool // we sent (or are about to send) a close frame
+	leftover []byte      // bytes read past the handshake response
+	done     chan struct{}
+}
+
+const wsGUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+// dial opens the TCP connection and runs the client handshake.
+func (r *runner) dial(ctx context.Context, id int, src net.IP) (*wsConn, error) {
+	d := net.Dialer{Timeout: r.cfg.ConnectTimeout}
+	if src != nil {
+		d.LocalAddr = &net.TCPAddr{IP: src}
+	}
+	nc, err := d.DialContext(ctx, "tcp", r.target.host)
+	if err != nil {
+		return nil, err
+	}
+	c := &wsConn{id: id, r: r, nc: nc, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	r.rndMu.Lock()
+	var raw [16]byte
+	for i := range raw {
+		raw[i] = byte(r.rnd.Uint32())
+	}
+	for i := range c.key {
+		c.key[i] = byte(r.rnd.Uint32())
+	}
+	r.rndMu.Unlock()
+	if err := c.handshake(base64.StdEncoding.EncodeToString(raw[:])); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *wsConn) handshake(key string) error {
+	t := c.r.target
+	_ = c.nc.SetDeadline(time.Now().Add(c.r.cfg.ConnectTimeout))
+	defer c.nc.SetDeadline(time.Time{})
+	req := "GET " + t.path + " HTTP/1.1\r\nHost: " + t.host +
+		"\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: " + key +
+		"\r\nSec-WebSocket-Version: 13\r\n\r\n"
+	if _, err := io.WriteString(c.nc, req); err != nil {
+		return fmt.Errorf("handshake: %w", err)
+	}
+	buf := make([]byte, 0, 1024)
+	var end int
+	for {
+		if len(buf) == cap(buf) {
+			if cap(buf) >= 16<<10 {
+				return errors.New("handshake: response header over 16 KiB")
+			}
+			buf = append(buf, make([]byte, cap(buf))...)[:len(buf)]
+		}
+		n, err := c.nc.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if i := bytes.Index(buf, []byte("\r\n\r\n")); i >= 0 {
+			end = i + 4
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("handshake: reading the response: %w", err)
+		}
+	}
+	lines := strings.Split(string(buf[:end-4]), "\r\n")
+	if f := strings.Fields(lines[0]); len(f) < 2 || !strings.HasPrefix(f[0], "HTTP/1.") || f[1] != "101" {
+		return fmt.Errorf("handshake: status %q, want 101", lines[0])
+	}
+	var upgrade, connection, accept string
+	for _, l := range lines[1:] {
+		name, value, ok := strings.Cut(l, ":")
+		if !ok {
+			return fmt.Errorf("handshake: bad header line %q", l)
+		}
+		value = strings.TrimSpace(value)
+		switch strings.ToLower(strings.TrimSpace(name)) {
+		case "upgrade":
+			upgrade = value
+		case "connection":
+			connection = value
+		case "sec-websocket-accept":
+			accept = value
+		case "sec-websocket-extensions":
+			return fmt.Errorf("handshake: server chose extensions %q that were not offered", value)
+		}
+	}
+	if !strings.EqualFold(upgrade, "websocket") {
+		return fmt.Errorf("handshake: Upgrade %q, want websocket", upgrade)
+	}
+	if !headerHasToken(connection, "upgrade") {
+		return fmt.Errorf("handshake: Connection %q lacks upgrade", connection)
+	}
+	sum := sha1.Sum([]byte(key + wsGUID))
+	if want := base64.StdEncoding.EncodeToString(sum[:]); accept != want {
+		return fmt.Errorf("handshake: Sec-WebSocket-Accept %q, want %q", accept, want)
+	}
+	if end < len(buf) {
+		c.leftover = append([]byte(nil), buf[end:]...)
+	}
+	return nil
+}
+
+func headerHasToken(v, token string) bool {
+	for _, t := range strings.Split(v, ",") {
+		if strings.EqualFold(strings.TrimSpace(t), token) {
+			return true
+		}
+	}
+	return false
+}
+
+// writeLoop sends messages while the window, the rate and the run allow.
+func (c *wsConn) writeLoop(start <-chan struct{}) {
+	r := c.r
+	select {
+	case <-start:
+	case <-r.stop:
+		return
+	}
+	m := r.msg
+	W := int64(r.cfg.Window)
+
+	// The frame template: header and masked payload. Only the sequence field changes between
+	// messages, so each message costs a copy and a patch of at most 16 bytes.
+	frame := appendHeader(nil, m.op, len(m.data), true, c.key)
+	hdrLen := len(frame)
+	frame = append(frame, m.data...)
+	maskBytes(c.key, 0, frame[hdrLen:])
+	var seq [16]byte
+	patch := func(dst []byte, s uint64) {
+		m.putSeq(seq[:], s)
+		for i := 0; i < m.seqLen; i++ {
+			dst[hdrLen+i] = seq[i] ^ c.key[i&3]
+		}
+	}
+	const batchBytes = 256 << 10
+	var wbuf []byte
+	big := len(frame) > 64<<10
+	if !big {
+		wbuf = make([]byte, 0, min(int64(batchBytes), W*int64(len(frame))))
+	}
+	// Refill the window when a part of it is free, not after every echo: a server that
+	// writes each echo on its own would otherwise cost a write here per message too.
+	refill := max(1, W/refillDiv)
+	var timer *time.Timer
+	var sent int64
+	for {
+		if r.stopped() {
+			return
+		}
+		if r.cfg.Count > 0 && sent >= r.cfg.Count {
+			return
+		}
+		avail := W - (sent - c.acked.Load())
+		if avail < refill && !(r.cfg.Count > 0 && sent+avail >= r.cfg.Count) {
+			select {
+			case <-c.wake:
+			case <-r.stop:
+				return
+			}
+			continue
+		}
+		if r.cfg.Rate > 0 {
+			elapsed := time.Since(r.startTime).Seconds()
+			allowed := int64(elapsed*r.cfg.Rate) + 1 - sent
+			if allowed <= 0 {
+				wait := time.Duration((float64(sent)/r.cfg.Rate - elapsed) * float64(time.Second))
+				if timer == nil {
+					timer = time.NewTimer(max(wait, 0))
+				} else {
+					timer.Reset(max(wait, 0))
+				}
+				select {
+				case <-timer.C:
+				case <-r.stop:
+					return
+				}
+				continue
+			}
+			avail = min(avail, allowed)
+		}
+		if r.cfg.Count > 0 {
+			avail = min(avail, r.cfg.Count-sent)
+		}
+		now := r.now()
+		var err error
+		if big {
+			patch(frame, uint64(sent))
+			c.times[sent%W].Store(now)
+			avail = 1
+			c.sent.Store(sent + avail) // before the write: the echo may come back before Write returns
+			c.wmu.Lock()
+			_, err = c.nc.Write(frame)
+			c.wmu.Unlock()
+		} else {
+			avail = min(avail, max(int64(cap(wbuf)/len(frame)), 1))
+			wbuf = wbuf[:0]
+			for i := int64(0); i < avail; i++ {
+				off := len(wbuf)
+				wbuf = append(wbuf, frame...)
+				patch(wbuf[off:], uint64(sent+i))
+				c.times[(sent+i)%W].Store(now)
+			}
+			c.sent.Store(sent + avail)
+			c.wmu.Lock()
+			_, err = c.nc.Write(wbuf)
+			c.wmu.Unlock()
+		}
+		if err != nil {
+			if !r.stopped() {
+				if errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
+					err = fmt.Errorf("server closed the connection (write: %w)", err)
+				}
+				r.fail(fmt.Errorf("connection %d: write: %w", c.id, err))
+			}
+			return
+		}
+		sent += avail
+	}
+}
+
+// readState is the reader's position in the frame and message stream.
+type readState struct {
+	inFrame   bool
+	fin       bool
+	masked    bool
+	key       [4]byte
+	maskPos   int
+	frameLeft int64
+
+	inMsg  bool
+	msgOp  byte
+	msgOff int
+	seq    [16]byte // the expected sequence field of the current message
+}
+
+// protoError is a frame the client must not accept.
+type protoError struct{ msg string }
+
+func (e *protoError) Error() string { return e.msg }
+
+func perr(format string, a ...any) error { return &protoError{fmt.Sprintf(format, a...)} }
+
+// readLoop reads frames until the connection closes, verifying every echo.
+func (c *wsConn) readLoop() {
+	defer close(c.done)
+	r := c.r
+	size := 4 << 10
+	if !r.cfg.RecvOnly {
+		size = max(size, min(readBufMax, r.cfg.Window*(len(r.msg.data)+14)))
+	} else {
+		size = 64 << 10
+	}
+	buf := make([]byte, size)
+	n := copy(buf, c.leftover)
+	c.leftover = nil
+	var st readState
+	next := int64(0) // sequence number of the next expected echo
+	var rx int64
+	for {
+		if n > 0 {
+			now := r.now()
+			used, got, bytesGot, err := c.process(buf[:n], &st, next, now)
+			if err != nil {
+				if errors.Is(err, errClosed) {
+					return
+				}
+				r.fail(fmt.Errorf("connection %d: %w (after %d echoes)", c.id, err, next))
+				return
+			}
+			if got > 0 {
+				next += got
+				rx += bytesGot
+				c.rxBytes.Store(rx)
+				c.acked.Store(next)
+				select {
+				case c.wake <- struct{}{}:
+					// Let the writer refill the window now rather than when this reader
+					// next blocks: the window then flows in chunks instead of bouncing
+					// between the peers as one batch.
+					runtime.Gosched()
+				default:
+				}
+			}
+			n = copy(buf, buf[used:n]) // at most a partial header or control frame remains
+		}
+		m, err := c.nc.Read(buf[n:])
+		n += m
+		if err != nil && m == 0 {
+			if c.closing.Load() || r.aborted.Load() {
+				return // the end we asked for, or another connection failed first
+			}
+			if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
+				r.fail(fmt.Errorf("connection %d: server closed the connection without a close frame (after %d echoes, %d in flight)",
+					c.id, next, c.sent.Load()-next))
+			} else if errors.Is(err, os.ErrDeadlineExceeded) {
+				return
+			} else {
+				r.fail(fmt.Errorf("connection %d: read: %w (after %d echoes)", c.id, err, next))
+			}
+			return
+		}
+	}
+}
+
+const (
+	// readBufMax caps a connection's read buffer; a message larger than that is verified as
+	// it streams through.
+	readBufMax = 256 << 10
+	// refillDiv: the writer refills the window once 1/refillDiv of it is free.
+	refillDiv = 8
+)
+
+var errClosed = errors.New("closed")
+
+// process parses the frames in b, verifies the payload of each echo against the message it
+// answers, and returns the bytes consumed, the messages completed and their payload bytes.
+// Payload is consumed as it arrives, so a message need not fit in the buffer.
+func (c *wsConn) process(b []byte, st *readState, next int64, now int64) (used int, got, bytesGot int64, err error) {
+	r := c.r
+	m := r.msg
+	verify := !r.cfg.RecvOnly
+	i := 0
+	for {
+		if !st.inFrame {
+			if len(b)-i < 2 {
+				return i, got, bytesGot, nil
+			}
+			b0, b1 := b[i], b[i+1]
+			hl := 2
+			n := int64(b1 & 0x7f)
+			switch n {
+			case 126:
+				hl += 2
+			case 127:
+				hl += 8
+			}
+			masked := b1&0x80 != 0
+			if masked {
+				hl += 4
+			}
+			if len(b)-i < hl {
+				return i, got, bytesGot, nil
+			}
+			switch n {
+			case 126:
+				n = int64(b[i+2])<<8 | int64(b[i+3])
+			case 127:
+				n = 0
+				for _, x := range b[i+2 : i+10] {
+					n = n<<8 | int64(x)
+				}
+				if n < 0 {
+					return i, got, bytesGot, perr("frame length over 2^63")
+				}
+			}
+			fin := b0&0x80 != 0
+			op := b0 & 0x0f
+			if b0&0x70 != 0 {
+				return i, got, bytesGot, perr("frame with RSV bits %#x (no extension was negotiated)", b0&0x70)
+			}
+			if masked && !r.cfg.AllowMasked {
+				return i, got, bytesGot, perr("masked frame from the server (use -allow-masked for raw echo servers)")
+			}
+			var key [4]byte
+			if masked {
+				copy(key[:], b[i+hl-4:i+hl])
+			}
+			if op >= 8 {
+				if !fin || n > 125 {
+					return i, got, bytesGot, perr("bad control frame (opcode %#x, fin %v, length %d)", op, fin, n)
+				}
+				if int64(len(b)-i-hl) < n {
+					return i, got, bytesGot, nil // wait for the whole control frame
+				}
+				p := b[i+hl : i+hl+int(n)]
+				if masked {
+					maskBytes(key, 0, p)
+				}
+				i += hl + int(n)
+				if err := c.control(op, p); err != nil {
+					return i, got, bytesGot, err
+				}
+				continue
+			}
+			switch op {
+			case opText, opBinary:
+				if st.inMsg {
+					return i, got, bytesGot, perr("new message (opcode %#x) while a fragmented message is open", op)
+				}
+				if verify && op != m.op {
+					return i, got, bytesGot, perr("message %d: echo has opcode %#x, sent %#x", next+got, op, m.op)
+				}
+				st.inMsg, st.msgOp, st.msgOff = true, op, 0
+				if verify {
+					m.putSeq(st.seq[:], uint64(next+got))
+				}
+			case opContinuation:
+				if !st.inMsg {
+					return i, got, bytesGot, perr("continuation frame with no message open")
+				}
+			default:
+				return i, got, bytesGot, perr("reserved opcode %#x", op)
+			}
+			if verify && int64(st.msgOff)+n > int64(len(m.data)) {
+				return i, got, bytesGot, perr("message %d: echo is longer than the %d bytes sent", next+got, len(m.data))
+			}
+			st.inFrame, st.fin, st.masked, st.key, st.maskPos, st.frameLeft = true, fin, masked, key, 0, n
+			i += hl
+		}
+		take := min(st.frameLeft, int64(len(b)-i))
+		chunk := b[i : i+int(take)]
+		if st.masked {
+			st.maskPos = maskBytes(st.key, st.maskPos, chunk)
+		}
+		if verify {
+			if at := m.mismatch(st.seq[:], st.msgOff, chunk); at >= 0 {
+				return i, got, bytesGot, perr("message %d: echo differs from what was sent at byte %d", next+got, at)
+			}
+		}
+		st.msgOff += int(take)
+		st.frameLeft -= take
+		i += int(take)
+		if st.frameLeft > 0 {
+			return i, got, bytesGot, nil
+		}
+		st.inFrame = false
+		if !st.fin {
+			continue
+		}
+		if verify {
+			if st.msgOff != len(m.data) {
+				return i, got, bytesGot, perr("message %d: echo has %d bytes, sent %d", next+got, st.msgOff, len(m.data))
+			}
+			s := next + got
+			if s >= c.sent.Load() {
+				return i, got, bytesGot, perr("message %d: echo of a message that was not sent", s)
+			}
+			r.hist.Record(uint64(max(now-c.times[s%int64(r.cfg.Window)].Load(), 0)))
+		}
+		got++
+		bytesGot += int64(st.msgOff)
+		st.inMsg = false
+	}
+}
+
+// control handles a ping, pong or close frame.
+func (c *wsConn) control(op byte, p []byte) error {
+	switch op {
+	case opPing:
+		frame := appendHeader(nil, opPong, len(p), true, c.key)
+		off := len(frame)
+		frame = append(frame, p...)
+		maskBytes(c.key, 0, frame[off:])
+		c.wmu.Lock()
+		_, err := c.nc.Write(frame)
+		c.wmu.Unlock()
+		if err != nil && !c.closing.Load() {
+			return fmt.Errorf("writing a pong: %w", err)
+		}
+		return nil
+	case opPong:
+		return nil
+	case opClose:
+		if c.closing.Load() {
+			return errClosed
+		}
+		code, reason := 1005, ""
+		if len(p) >= 2 {
+			code, reason = int(p[0])<<8|int(p[1]), string(p[2:])
+		}
+		return fmt.Errorf("server sent a close frame (code %d, reason %q)", code, reason)
+	}
+	return perr("reserved control opcode %#x", op)
+}
+
+// sendClose writes a close frame (1000) and lets the reader wait briefly for the reply.
+func (c *wsConn) sendClose() {
+	c.closing.Store(true)
+	frame := appendHeader(nil, opClose, 2, true, c.key)
+	off := len(frame)
+	frame = append(frame, 0x03, 0xe8)
+	maskBytes(c.key, 0, frame[off:])
+	c.wmu.Lock()
+	_ = c.nc.SetWriteDeadline(time.Now().Add(time.Second))
+	_, _ = c.nc.Write(frame)
+	c.wmu.Unlock()
+	_ = c.nc.SetReadDeadline(time.Now().Add(time.Second))
+}

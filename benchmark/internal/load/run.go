@@ -1,0 +1,543 @@
+package load
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unicode/utf8"
+)
+
+// Result is the outcome of a run that completed without an error. Latencies are in
+// milliseconds; MB is 10^6 bytes of payload echoed (one direction).
+type Result struct {
+	Label       string  `json:"label,omitempty"`
+	Target      string  `json:"target"`
+	Mode        string  `json:"mode"` // echo, recv-only or idle
+	Conns       int     `json:"conns"`
+	Window      int     `json:"window"`
+	Rate        float64 `json:"rate,omitempty"`
+	Payload     int     `json:"payload_bytes"`
+	Binary      bool    `json:"binary"`
+	Verified    bool    `json:"verified"` // every echo was compared with what was sent
+	RampSeconds float64 `json:"ramp_seconds"`
+	Seconds     float64 `json:"seconds"`
+
+	Messages  int64   `json:"messages"` // completed within the measured phase
+	Drained   int64   `json:"drained"`  // completed after it (the in-flight window)
+	MsgPerSec float64 `json:"msg_per_sec"`
+	MBPerSec  float64 `json:"mb_per_sec"`
+
+	LatMinMs  float64 `json:"lat_min_ms"`
+	LatAvgMs  float64 `json:"lat_avg_ms"`
+	LatP50Ms  float64 `json:"lat_p50_ms"`
+	LatP90Ms  float64 `json:"lat_p90_ms"`
+	LatP99Ms  float64 `json:"lat_p99_ms"`
+	LatMaxMs  float64 `json:"lat_max_ms"`
+	ClientCPU float64 `json:"client_cpu_percent"`
+
+	ServerPID           int     `json:"server_pid,omitempty"`
+	ServerCPUSeconds    float64 `json:"server_cpu_seconds,omitempty"`
+	ServerCPUPercent    float64 `json:"server_cpu_percent,omitempty"`
+	ServerCPUPerMillion float64 `json:"server_cpu_s_per_million,omitempty"`
+	ServerRSSBeforeKB   int64   `json:"server_rss_before_kb,omitempty"`
+	ServerRSSAfterKB    int64   `json:"server_rss_after_kb,omitempty"`
+
+	// From the server's /debug/stats, when StatsURL was given.
+	ServerAllocsPerMsg  float64 `json:"server_allocs_per_msg,omitempty"`
+	ServerHeapBeforeKB  float64 `json:"server_heap_before_kb,omitempty"`
+	ServerHeapAfterKB   float64 `json:"server_heap_after_kb,omitempty"`
+	ServerGoroutines    int     `json:"server_goroutines,omitempty"`
+	ServerGoroutinesPre int     `json:"server_goroutines_before,omitempty"`
+
+	// Idle mode: growth per connection from before the ramp to the end of the hold.
+	RSSPerConnKB      float64 `json:"rss_per_conn_kb,omitempty"`
+	HeapPerConnKB     float64 `json:"heap_per_conn_kb,omitempty"`
+	GoroutinesPerConn float64 `json:"goroutines_per_conn,omitempty"`
+}
+
+type runner struct {
+	cfg    Config
+	target target
+	msg    *message
+	hist   Histogram
+
+	rndMu sync.Mutex
+	rnd   *rand.Rand
+
+	base      time.Time // the clock origin for now()
+	startTime time.Time // start of the measured phase
+
+	stop     chan struct{} // closed when senders must stop (end of phase or failure)
+	stopOnce sync.Once
+	aborted  atomic.Bool
+	errMu    sync.Mutex
+	err      error
+	failed   chan struct{}
+
+	connsMu sync.Mutex
+	conns   []*wsConn
+}
+
+func (r *runner) now() int64 { return int64(time.Since(r.base)) }
+func (r *runner) stopped() bool {
+	select {
+	case <-r.stop:
+		return true
+	default:
+		return false
+	}
+}
+func (r *runner) halt() { r.stopOnce.Do(func() { close(r.stop) }) }
+
+// fail records the first error and stops the run.
+func (r *runner) fail(err error) {
+	r.errMu.Lock()
+	first := r.err == nil
+	if first {
+		r.err = err
+		r.aborted.Store(true)
+		close(r.failed)
+	}
+	r.errMu.Unlock()
+	if first {
+		r.halt()
+		r.connsMu.Lock()
+		for _, c := range r.conns {
+			c.nc.Close()
+		}
+		r.connsMu.Unlock()
+	}
+}
+
+func (r *runner) error() error {
+	r.errMu.Lock()
+	defer r.errMu.Unlock()
+	return r.err
+}
+
+// Run performs one load run. It returns an error, never a result, when a connection fails, an
+// echo differs from what was sent, or an echo does not come back within cfg.Timeout.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	t, err := parseTarget(cfg.Target)
+	if err != nil {
+		return nil, err
+	}
+	srcs, err := cfg.sourceAddrs(t)
+	if err != nil {
+		return nil, err
+	}
+	seed := cfg.Seed
+	if seed == 0 {
+		var b [8]byte
+		_, _ = crand.Read(b[:])
+		seed = binary.LittleEndian.Uint64(b[:])
+	}
+	r := &runner{
+		cfg: cfg, target: t, rnd: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		base: time.Now(), stop: make(chan struct{}), failed: make(chan struct{}),
+	}
+	r.msg, err = newMessage(cfg.Message, cfg.Size, cfg.Binary, r.rnd)
+	if err != nil {
+		return nil, err
+	}
+	if !cfg.Binary && !utf8.Valid(r.msg.data) {
+		return nil, errors.New("the message is not valid UTF-8; send it with -binary")
+	}
+	if err := raiseNoFile(uint64(cfg.Conns) + 256); err != nil {
+		return nil, err
+	}
+
+	res := &Result{
+		Label: cfg.Label, Target: "ws://" + t.host + t.path, Mode: "echo", Conns: cfg.Conns,
+		Window: cfg.Window, Rate: cfg.Rate, Payload: len(r.msg.data), Binary: cfg.Binary,
+		ServerPID: cfg.ServerPID,
+	}
+	switch {
+	case cfg.RecvOnly:
+		res.Mode = "recv-only"
+	case cfg.Idle:
+		res.Mode = "idle"
+	default:
+		res.Verified = true
+	}
+
+	var statsBefore *ServerStats
+	if cfg.StatsURL != "" {
+		if statsBefore, err = fetchStats(cfg.StatsURL, cfg.Idle); err != nil {
+			return nil, err
+		}
+		res.ServerHeapBeforeKB = float64(statsBefore.HeapInuse) / 1024
+		res.ServerGoroutinesPre = statsBefore.Goroutines
+	}
+	var rssBefore int64
+	if cfg.ServerPID > 0 {
+		if rssBefore, err = procRSS(cfg.ServerPID); err != nil {
+			return nil, err
+		}
+		res.ServerRSSBeforeKB = rssBefore
+	}
+
+	defer r.closeAll()
+	rampStart := time.Now()
+	if err := r.ramp(ctx, srcs); err != nil {
+		return nil, err
+	}
+	res.RampSeconds = time.Since(rampStart).Seconds()
+
+	if cfg.Idle {
+		return r.holdIdle(ctx, res, statsBefore)
+	}
+
+	// The measured phase.
+	start := make(chan struct{})
+	var writers sync.WaitGroup
+	for _, c := range r.conns {
+		c.times = make([]atomic.Int64, cfg.Window)
+		go c.readLoop()
+		if !cfg.RecvOnly {
+			writers.Add(1)
+			go func() { defer writers.Done(); c.writeLoop(start) }()
+		}
+	}
+	cpu0, _ := procCPU(cfg.ServerPID)
+	self0 := selfCPU()
+	var statsStart *ServerStats
+	if cfg.StatsURL != "" {
+		statsStart, _ = fetchStats(cfg.StatsURL, false)
+	}
+	r.startTime = time.Now()
+	close(start)
+
+	var writersDone chan struct{} // nil: only the clock ends the phase
+	if !cfg.RecvOnly && cfg.Count > 0 {
+		done := make(chan struct{})
+		go func() { writers.Wait(); close(done) }()
+		writersDone = done
+	}
+	var deadline <-chan time.Time
+	if cfg.Duration > 0 {
+		tm := time.NewTimer(cfg.Duration)
+		defer tm.Stop()
+		deadline = tm.C
+	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var lastMsgs, lastBytes int64
+	lastTick := time.Now()
+	secs := 0
+phase:
+	for {
+		select {
+		case <-ctx.Done():
+			r.fail(ctx.Err())
+		case <-r.failed:
+			break phase
+		case <-deadline:
+			break phase
+		case <-writersDone:
+			// Every connection sent its count; the drain below waits for the last echoes.
+			break phase
+		case now := <-tick.C:
+			secs++
+			msgs, bytes := r.totals()
+			if cfg.Progress != nil {
+				dt := now.Sub(lastTick).Seconds()
+				fmt.Fprintf(cfg.Progress, "gustload: %3ds  conns %d  %.0f msg/s  %.1f MB/s\n", secs, len(r.conns),
+					float64(msgs-lastMsgs)/dt, float64(bytes-lastBytes)/dt/1e6)
+			}
+			lastMsgs, lastBytes, lastTick = msgs, bytes, now
+			r.checkStalls(cfg.Timeout)
+		}
+	}
+	r.halt()
+	elapsed := time.Since(r.startTime)
+	msgs, bytes := r.totals()
+	cpu1, _ := procCPU(cfg.ServerPID)
+	self1 := selfCPU()
+	var statsEnd *ServerStats
+	if cfg.StatsURL != "" && r.error() == nil {
+		statsEnd, _ = fetchStats(cfg.StatsURL, false)
+	}
+	if err := r.error(); err != nil {
+		return nil, err
+	}
+
+	// Drain: every message sent must come back.
+	if !cfg.RecvOnly && !r.waitEchoes(cfg.Timeout) {
+		if err := r.error(); err != nil {
+			return nil, err
+		}
+		return nil, r.missingError(cfg.Timeout)
+	}
+	total, _ := r.totals()
+	r.closeAll()
+	if err := r.error(); err != nil {
+		return nil, err
+	}
+
+	res.Seconds = elapsed.Seconds()
+	res.Messages, res.Drained = msgs, total-msgs
+	res.MsgPerSec = float64(msgs) / res.Seconds
+	res.MBPerSec = float64(bytes) / res.Seconds / 1e6
+	if h := &r.hist; h.Count() > 0 {
+		ms := func(ns uint64) float64 { return float64(ns) / 1e6 }
+		res.LatMinMs, res.LatAvgMs, res.LatMaxMs = ms(h.Min()), h.Mean()/1e6, ms(h.Max())
+		res.LatP50Ms, res.LatP90Ms, res.LatP99Ms = ms(h.Quantile(.5)), ms(h.Quantile(.9)), ms(h.Quantile(.99))
+	}
+	res.ClientCPU = (self1 - self0) / res.Seconds * 100
+	if cfg.ServerPID > 0 {
+		res.ServerCPUSeconds = cpu1 - cpu0
+		res.ServerCPUPercent = res.ServerCPUSeconds / res.Seconds * 100
+		if msgs > 0 {
+			res.ServerCPUPerMillion = res.ServerCPUSeconds / float64(msgs) * 1e6
+		}
+		res.ServerRSSAfterKB, _ = procRSS(cfg.ServerPID)
+	}
+	if statsStart != nil && statsEnd != nil {
+		if msgs > 0 {
+			res.ServerAllocsPerMsg = float64(statsEnd.Mallocs-statsStart.Mallocs) / float64(msgs)
+		}
+		res.ServerHeapAfterKB = float64(statsEnd.HeapInuse) / 1024
+		res.ServerGoroutines = statsEnd.Goroutines
+	}
+	return res, nil
+}
+
+// ramp opens cfg.Conns connections, DialConcurrency at a time.
+func (r *runner) ramp(ctx context.Context, srcs []net.IP) error {
+	cfg := r.cfg
+	r.conns = make([]*wsConn, 0, cfg.Conns)
+	ids := make(chan int)
+	var wg sync.WaitGroup
+	var progressed atomic.Int64
+	for w := 0; w < min(cfg.DialConcurrency, cfg.Conns); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for id := range ids {
+				var src net.IP
+				if srcs != nil {
+					src = srcs[id%len(srcs)]
+				}
+				c, err := r.dial(ctx, id, src)
+				if err != nil {
+					r.fail(fmt.Errorf("connection %d: %w", id, err))
+					continue
+				}
+				r.connsMu.Lock()
+				if r.aborted.Load() {
+					c.nc.Close()
+				} else {
+					r.conns = append(r.conns, c)
+				}
+				r.connsMu.Unlock()
+				progressed.Add(1)
+			}
+		}()
+	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var limiter <-chan time.Time
+	if cfg.ConnectRate > 0 {
+		lt := time.NewTicker(time.Duration(float64(time.Second) / cfg.ConnectRate))
+		defer lt.Stop()
+		limiter = lt.C
+	}
+	began := time.Now()
+feed:
+	for id := 0; id < cfg.Conns; id++ {
+		if limiter != nil {
+			select {
+			case <-limiter:
+			case <-r.failed:
+				break feed
+			}
+		}
+		for sent := false; !sent; {
+			select {
+			case ids <- id:
+				sent = true
+			case <-r.failed:
+				break feed
+			case <-ctx.Done():
+				r.fail(ctx.Err())
+				break feed
+			case <-tick.C:
+				if cfg.Progress != nil {
+					fmt.Fprintf(cfg.Progress, "gustload: ramping %d/%d connections (%.0fs)\n", progressed.Load(), cfg.Conns,
+						time.Since(began).Seconds())
+				}
+			}
+		}
+	}
+	close(ids)
+	wg.Wait()
+	if err := r.error(); err != nil {
+		return err
+	}
+	// Connections were appended in completion order; keep ids stable for messages.
+	if cfg.Progress != nil {
+		fmt.Fprintf(cfg.Progress, "gustload: ramped up to %d connections in %.2fs\n", len(r.conns), time.Since(began).Seconds())
+	}
+	return nil
+}
+
+// holdIdle keeps the connections open for the duration, checks they are still open, and
+// reports the server's memory growth per connection.
+func (r *runner) holdIdle(ctx context.Context, res *Result, before *ServerStats) (*Result, error) {
+	cfg := r.cfg
+	hold := time.NewTimer(cfg.Duration)
+	defer hold.Stop()
+	select {
+	case <-hold.C:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	res.Seconds = cfg.Duration.Seconds()
+	n := float64(len(r.conns))
+	if cfg.ServerPID > 0 {
+		rss, err := procRSS(cfg.ServerPID)
+		if err != nil {
+			return nil, err
+		}
+		res.ServerRSSAfterKB = rss
+		res.RSSPerConnKB = float64(rss-res.ServerRSSBeforeKB) / n
+	}
+	if cfg.StatsURL != "" {
+		after, err := fetchStats(cfg.StatsURL, true)
+		if err != nil {
+			return nil, err
+		}
+		res.ServerHeapAfterKB = float64(after.HeapInuse) / 1024
+		res.ServerGoroutines = after.Goroutines
+		res.HeapPerConnKB = (float64(after.HeapInuse) - float64(before.HeapInuse)) / 1024 / n
+		res.GoroutinesPerConn = float64(after.Goroutines-before.Goroutines) / n
+	}
+	// Are they all still open? A read that times out means yes; EOF means the server hung up.
+	var closed atomic.Int64
+	var wg sync.WaitGroup
+	work := make(chan *wsConn)
+	for w := 0; w < 64; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var b [1]byte
+			for c := range work {
+				_ = c.nc.SetReadDeadline(time.Now().Add(5 * time.Millisecond))
+				if _, err := c.nc.Read(b[:]); err != nil && !errors.Is(err, syscall.EAGAIN) && !isTimeout(err) {
+					closed.Add(1)
+				}
+			}
+		}()
+	}
+	for _, c := range r.conns {
+		work <- c
+	}
+	close(work)
+	wg.Wait()
+	if k := closed.Load(); k > 0 {
+		return nil, fmt.Errorf("%d of %d idle connections were closed by the server during the hold", k, len(r.conns))
+	}
+	return res, nil
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+func (r *runner) totals() (msgs, bytes int64) {
+	for _, c := range r.conns {
+		msgs += c.acked.Load()
+		bytes += c.rxBytes.Load()
+	}
+	return
+}
+
+// waitEchoes waits until every connection has its echoes back, a failure, or the timeout.
+func (r *runner) waitEchoes(timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if r.error() != nil {
+			return false
+		}
+		all := true
+		for _, c := range r.conns {
+			if c.acked.Load() < c.sent.Load() {
+				all = false
+				break
+			}
+		}
+		if all {
+			return true
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return false
+}
+
+func (r *runner) missingError(timeout time.Duration) error {
+	var conns, missing int64
+	first := -1
+	for _, c := range r.conns {
+		if d := c.sent.Load() - c.acked.Load(); d > 0 {
+			conns++
+			missing += d
+			if first < 0 {
+				first = c.id
+			}
+		}
+	}
+	return fmt.Errorf("%d messages on %d connections were not echoed within %v (first: connection %d)",
+		missing, conns, timeout, first)
+}
+
+// checkStalls fails the run when the oldest message in flight on some connection has waited
+// longer than the timeout.
+func (r *runner) checkStalls(timeout time.Duration) {
+	now := r.now()
+	for _, c := range r.conns {
+		a := c.acked.Load()
+		if c.sent.Load() <= a {
+			continue
+		}
+		if age := time.Duration(now - c.times[a%int64(r.cfg.Window)].Load()); age > timeout {
+			r.fail(fmt.Errorf("connection %d: message %d not echoed within %v", c.id, a, timeout))
+			return
+		}
+	}
+}
+
+// closeAll sends close frames, waits briefly for the readers, and closes the sockets.
+func (r *runner) closeAll() {
+	r.halt()
+	r.connsMu.Lock()
+	conns := r.conns
+	r.connsMu.Unlock()
+	for _, c := range conns {
+		if !c.closing.Load() && !r.aborted.Load() {
+			c.sendClose()
+		}
+	}
+	for _, c := range conns {
+		if c.times != nil { // a reader runs
+			select {
+			case <-c.done:
+			case <-time.After(2 * time.Second):
+			}
+		}
+		c.closing.Store(true)
+		c.nc.Close()
+	}
+}

@@ -1,0 +1,47 @@
+package servers
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/gustws/gust/benchmark/internal/load"
+)
+
+// Every server echoes text and binary messages, small and large, verified by gustload's engine.
+func TestServersEcho(t *testing.T) {
+	for _, name := range Names() {
+		t.Run(name, func(t *testing.T) {
+			srv, err := Start(name, "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer srv.Close()
+			masked := name == "raw-copy" || name == "raw-buf"
+			for _, cfg := range []load.Config{
+				{Conns: 4, Window: 16, Count: 200, Size: 300},
+				{Conns: 2, Window: 4, Count: 50, Size: 70000, Binary: true},
+				{Conns: 1, Window: 2, Count: 4, Size: 1 << 20, Binary: true},
+			} {
+				cfg.Target = srv.Addr() + "/"
+				cfg.AllowMasked = masked
+				cfg.Timeout = 5 * time.Second
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				res, err := load.Run(ctx, cfg)
+				cancel()
+				if err != nil {
+					t.Fatalf("%d x %d bytes: %v", cfg.Conns, cfg.Size, err)
+				}
+				if got, want := res.Messages+res.Drained, int64(cfg.Conns)*cfg.Count; got != want {
+					t.Fatalf("%d x %d bytes: %d echoes, want %d", cfg.Conns, cfg.Size, got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestUnknownServer(t *testing.T) {
+	if _, err := Start("nope", "127.0.0.1:0"); err == nil {
+		t.Fatal("started an unknown server")
+	}
+}
