@@ -1,0 +1,43 @@
+# gust: the front door. Each target is a few lines; anything longer lives in scripts/.
+#
+#   make test         go vet, go test -race with coverage (root and nested modules), then the
+#                     Autobahn TestSuite sections 1-10 on both server paths (installs wstest itself)
+#   make autobahn     the whole Autobahn TestSuite (1-13, compression included) on both paths
+#   make fuzz         every Fuzz* target for $(FUZZTIME) each (default 20s)
+#   make cover        tests with coverage; writes coverage.out and coverage.html
+#   make bench        benchmark harness (scripts/bench), bench-quick a short run of it
+#
+# AUTOBAHN_FLAGS adds flags to scripts/autobahn, e.g. make autobahn AUTOBAHN_FLAGS='-server upgrader'.
+
+SHELL := /usr/bin/env bash
+AUTOBAHN_FLAGS ?=
+AUTOBAHN_QUICK := 1.*,2.*,3.*,4.*,5.*,6.*,7.*,9.*,10.*
+AUTOBAHN_ALL := 1.*,2.*,3.*,4.*,5.*,6.*,7.*,9.*,10.*,12.*,13.*
+export FUZZTIME ?= 20s
+
+.PHONY: test autobahn fuzz bench bench-quick cover install-wstest
+
+test: install-wstest
+	scripts/gotest
+	scripts/autobahn -server both -cases '$(AUTOBAHN_QUICK)' $(AUTOBAHN_FLAGS)
+
+autobahn: install-wstest
+	scripts/autobahn -server both -cases '$(AUTOBAHN_ALL)' $(AUTOBAHN_FLAGS)
+
+install-wstest:
+	scripts/install-wstest >/dev/null
+
+fuzz:
+	scripts/fuzz
+
+cover:
+	go test -count=1 -coverprofile=coverage.out ./...
+	go tool cover -func=coverage.out | tail -n 1
+	go tool cover -html=coverage.out -o coverage.html
+	@echo "coverage.html written"
+
+bench:
+	@if [[ -x scripts/bench ]]; then scripts/bench; else echo "make bench: scripts/bench is not there yet (the benchmark module is not written yet)" >&2; exit 1; fi
+
+bench-quick:
+	@if [[ -x scripts/bench ]]; then scripts/bench -quick; else echo "make bench-quick: scripts/bench is not there yet (the benchmark module is not written yet)" >&2; exit 1; fi
