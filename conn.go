@@ -1,0 +1,193 @@
+package gust
+
+import (
+	"errors"
+	"net"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gustws/gust/internal/bufpool"
+)
+
+// Conn is a WebSocket connection, on the server or the client side.
+//
+// Concurrency: ReadLoop must be called once, and it calls the Event methods
+// from its own goroutine. Every Write method, the deadline setters and
+// Session are safe to call from any goroutine at any time; writes are
+// serialised inside the Conn. Writes made while the read goroutine is
+// dispatching the bytes of one read (from the callbacks, or from other
+// goroutines meanwhile) are corked and reach the network together before the
+// next blocking read, so a callback that blocks for long delays them: hand
+// slow work to another goroutine, or set Options.ParallelEnabled.
+type Conn struct {
+	conn        net.Conn
+	cfg         *config
+	handler     Event
+	server      bool
+	subprotocol string
+	session     Session
+
+	rd readState // owned by the read goroutine
+	wr writeState
+
+	started atomic.Bool
+	netDone atomic.Bool // the net.Conn has been closed
+	errMu   sync.Mutex
+	err     error // the first error that ended the connection outside the read loop
+
+	parallel chan struct{}  // semaphore for parallel OnMessage calls
+	inflight sync.WaitGroup // parallel OnMessage calls and the write queue worker
+
+	onClose func(*Conn) // lets a Server forget the connection
+}
+
+func newConn(nc net.Conn, cfg *config, h Event, server bool, buffered []byte, subprotocol string) *Conn {
+	c := &Conn{conn: nc, cfg: cfg, handler: h, server: server, subprotocol: subprotocol}
+	if len(buffered) > 0 {
+		c.rd.buf = bufpool.Get(max(cfg.ReadBufferSize, len(buffered)))
+		c.rd.w = copy(*c.rd.buf, buffered)
+	}
+	if cfg.ParallelEnabled {
+		c.parallel = make(chan struct{}, cfg.ParallelLimit)
+	}
+	return c
+}
+
+// ReadLoop reads and dispatches frames until the connection ends, then
+// calls OnClose and returns. Call it once per Conn, in a goroutine of your
+// choice (a net/http handler may simply call it). Calls after the first
+// return at once.
+func (c *Conn) ReadLoop() {
+	if !c.started.CompareAndSwap(false, true) {
+		return
+	}
+	err := c.run()
+	c.finish(err)
+}
+
+// run calls OnOpen and reads until the connection ends. A panic in a
+// callback, unless Options.DisableRecovery is set, becomes a close with 1011.
+func (c *Conn) run() (err error) {
+	if !c.cfg.DisableRecovery {
+		defer func() {
+			if p := recover(); p != nil {
+				err = c.recovered(p)
+			}
+		}()
+	}
+	c.handler.OnOpen(c)
+	err = c.readFrames()
+	var pe *ProtocolError
+	if errors.As(err, &pe) {
+		c.failAndLinger(pe.Code, pe.Reason)
+	}
+	return err
+}
+
+func (c *Conn) recovered(p any) error {
+	c.cfg.ErrorLog.Printf("gust: panic in event handler for %v: %v\n%s", c.RemoteAddr(), p, debug.Stack())
+	c.writeCloseFrame(StatusInternalError, "")
+	return &ProtocolError{Code: StatusInternalError, Reason: "panic in event handler"}
+}
+
+// failAndLinger sends a close frame with code, half-closes the TCP
+// connection and reads until the peer closes its side or CloseTimeout
+// passes, so that the close frame is not lost to a reset.
+func (c *Conn) failAndLinger(code StatusCode, reason string) {
+	if c.writeCloseFrame(code, reason) != nil {
+		return
+	}
+	if cw, ok := c.conn.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	}
+	c.conn.SetReadDeadline(time.Now().Add(c.cfg.CloseTimeout))
+	var scratch [512]byte
+	for {
+		if _, err := c.conn.Read(scratch[:]); err != nil {
+			return
+		}
+	}
+}
+
+// finish ends the connection: it closes the net.Conn, gives every buffer
+// back, waits for parallel handlers and the write queue, and calls OnClose.
+func (c *Conn) finish(err error) {
+	c.closeNet()
+	c.wr.mu.Lock()
+	c.wr.closed = true
+	c.releaseWriteBuffer()
+	c.wr.mu.Unlock()
+	c.rd.release()
+	c.inflight.Wait()
+	c.errMu.Lock()
+	if c.err != nil {
+		var ce *CloseError
+		if !errors.As(err, &ce) {
+			err = c.err
+		}
+	}
+	c.errMu.Unlock()
+	if c.onClose != nil {
+		c.onClose(c)
+	}
+	c.callOnClose(err)
+}
+
+func (c *Conn) callOnClose(err error) {
+	if !c.cfg.DisableRecovery {
+		defer func() {
+			if p := recover(); p != nil {
+				c.cfg.ErrorLog.Printf("gust: panic in OnClose for %v: %v\n%s", c.RemoteAddr(), p, debug.Stack())
+			}
+		}()
+	}
+	c.handler.OnClose(c, err)
+}
+
+// abort records err as the reason the connection ends, unless one is
+// recorded already, and closes the net.Conn so that the read loop stops.
+func (c *Conn) abort(err error) {
+	c.errMu.Lock()
+	if c.err == nil {
+		c.err = err
+	}
+	c.errMu.Unlock()
+	c.closeNet()
+}
+
+func (c *Conn) closeNet() {
+	if c.netDone.CompareAndSwap(false, true) {
+		c.conn.Close()
+	}
+}
+
+// NetConn returns the underlying connection. Reading from or writing to it
+// corrupts the WebSocket stream; it is there for deadlines, addresses and
+// TLS state.
+func (c *Conn) NetConn() net.Conn { return c.conn }
+
+// RemoteAddr returns the peer's network address.
+func (c *Conn) RemoteAddr() net.Addr { return c.conn.RemoteAddr() }
+
+// LocalAddr returns the local network address.
+func (c *Conn) LocalAddr() net.Addr { return c.conn.LocalAddr() }
+
+// Subprotocol returns the subprotocol the handshake selected, or "".
+func (c *Conn) Subprotocol() string { return c.subprotocol }
+
+// Session returns the connection's key-value storage.
+func (c *Conn) Session() *Session { return &c.session }
+
+// SetDeadline sets the read and write deadlines of the underlying
+// connection. A read past the deadline ends the connection; so does a write,
+// since a frame cut in the middle cannot be resumed.
+func (c *Conn) SetDeadline(t time.Time) error { return c.conn.SetDeadline(t) }
+
+// SetReadDeadline sets the deadline for the next reads; use it for
+// heartbeats: extend it in OnPing, OnPong and OnMessage.
+func (c *Conn) SetReadDeadline(t time.Time) error { return c.conn.SetReadDeadline(t) }
+
+// SetWriteDeadline sets the deadline for writes.
+func (c *Conn) SetWriteDeadline(t time.Time) error { return c.conn.SetWriteDeadline(t) }

@@ -1,0 +1,17 @@
+// Package gust is a WebSocket library (RFC 6455) for API servers, push and chat
+// backends.
+//
+// A connection is a [*Conn]. It comes from an [Upgrader] inside a net/http
+// handler, or from a [Server] that runs its own accept loop and handshake
+// parser on any net.Listener. Each Conn reports what happens to it through an
+// [Event] handler: OnOpen once, then OnMessage, OnPing and OnPong as frames
+// arrive, and exactly one OnClose at the end, whatever ended the connection.
+//
+// [Conn.ReadLoop] reads frames in the goroutine that calls it and calls the
+// handler synchronously; gust starts no goroutine per connection of its own.
+// Writes are safe from any goroutine. Writes made while the read goroutine is
+// dispatching the bytes of one read are corked: they are written together, in
+// one system call, before the next blocking read.
+//
+// See ExampleUpgrader and ExampleServer to start.
+package gust

@@ -1,0 +1,56 @@
+package gust
+
+// Event receives what happens on a connection. Its methods are called from
+// the goroutine that runs [Conn.ReadLoop], one at a time (unless
+// [Options.ParallelEnabled] is set, which moves OnMessage calls to a bounded
+// set of short-lived goroutines).
+//
+// The lifecycle is: OnOpen once; OnMessage, OnPing and OnPong any number of
+// times; OnClose exactly once, last, whatever ended the connection. After
+// OnClose no other method is called for that connection.
+type Event interface {
+	// OnOpen is called once, when ReadLoop starts.
+	OnOpen(c *Conn)
+
+	// OnClose is called once, when the connection has ended. err is a
+	// *CloseError when the peer sent a close frame (its code and reason);
+	// a *ProtocolError when gust ended the connection because the peer broke
+	// the protocol or a limit (the code gust sent); ErrServerClosed or
+	// another error otherwise (an I/O error, a deadline).
+	OnClose(c *Conn, err error)
+
+	// OnPing is called for each ping frame. p is only valid until OnPing
+	// returns. A handler should answer with c.WritePong(p), as
+	// BuiltinEventHandler does (RFC 6455 §5.5.3).
+	OnPing(c *Conn, p []byte)
+
+	// OnPong is called for each pong frame. p is only valid until OnPong
+	// returns.
+	OnPong(c *Conn, p []byte)
+
+	// OnMessage is called for each complete data message. The message and
+	// its Data belong to the handler: call m.Close when done with it to give
+	// its buffer back to the pool (not calling Close is safe, just slower).
+	OnMessage(c *Conn, m *Message)
+}
+
+// BuiltinEventHandler implements every Event method. Embed it to implement
+// only the methods you need. Its OnPing answers with a pong carrying the same
+// payload, as RFC 6455 §5.5.3 requires; its OnMessage releases the message.
+type BuiltinEventHandler struct{}
+
+// OnOpen does nothing.
+func (BuiltinEventHandler) OnOpen(*Conn) {}
+
+// OnClose does nothing.
+func (BuiltinEventHandler) OnClose(*Conn, error) {}
+
+// OnPing answers with a pong that carries the same payload. A write error
+// ends the connection, and so reaches OnClose.
+func (BuiltinEventHandler) OnPing(c *Conn, p []byte) { c.WritePong(p) }
+
+// OnPong does nothing.
+func (BuiltinEventHandler) OnPong(*Conn, []byte) {}
+
+// OnMessage releases the message.
+func (BuiltinEventHandler) OnMessage(_ *Conn, m *Message) { m.Close() }

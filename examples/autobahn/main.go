@@ -1,0 +1,76 @@
+// Command autobahn is the echo server the Autobahn TestSuite's fuzzing
+// client tests: every message is echoed back, UTF-8 is checked, and either
+// server path can be chosen.
+//
+//	go run ./examples/autobahn -addr 127.0.0.1:9001 -server upgrader
+//	go run ./examples/autobahn -addr 127.0.0.1:9001 -server server
+package main
+
+import (
+	"context"
+	"flag"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/gustws/gust"
+)
+
+type echo struct {
+	gust.BuiltinEventHandler
+}
+
+func (echo) OnMessage(c *gust.Conn, m *gust.Message) {
+	c.WriteMessage(m.Opcode, m.Data) // a failed write ends the connection and reaches OnClose
+	m.Close()
+}
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:9001", "address to listen on")
+	path := flag.String("server", "upgrader", "server path: upgrader (net/http) or server (gust's own)")
+	flag.Parse()
+
+	opts := &gust.Options{}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	log.Printf("autobahn echo server (%s path) on ws://%s", *path, ln.Addr())
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	switch *path {
+	case "upgrader":
+		upgrader := gust.NewUpgrader(echo{}, opts)
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			c, err := upgrader.Upgrade(w, r)
+			if err != nil {
+				return
+			}
+			c.ReadLoop()
+		})}
+		go srv.Serve(ln)
+		<-ctx.Done()
+		shutdown(srv.Shutdown)
+	case "server":
+		srv := gust.NewServer(echo{}, opts)
+		go srv.Serve(ln)
+		<-ctx.Done()
+		shutdown(srv.Shutdown)
+	default:
+		log.Fatalf("unknown -server %q: want upgrader or server", *path)
+	}
+}
+
+func shutdown(f func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := f(ctx); err != nil {
+		log.Print(err)
+	}
+}

@@ -1,0 +1,143 @@
+package gust
+
+import (
+	"crypto/tls"
+	"log"
+	"net/http"
+	"time"
+)
+
+// Options configures connections, on the server side ([Upgrader], [Server])
+// and on the client side. The zero value is valid, and a nil *Options means
+// the zero value: every field documents the default it stands for.
+type Options struct {
+	// ReadBufferSize is the size of the buffer a connection reads into while
+	// bytes are arriving. Default 8 KiB. Memory: one buffer per connection
+	// that is reading, taken from a shared pool.
+	ReadBufferSize int
+
+	// WriteBufferSize is the size past which corked writes are flushed even
+	// while the read goroutine still has bytes to dispatch, and below which a
+	// frame's header and payload are copied into one buffer rather than sent
+	// with writev. Default 16 KiB. Memory: held only while writes are corked.
+	WriteBufferSize int
+
+	// MaxMessageSize is the largest message, in bytes, a peer may send; a
+	// bigger one fails the connection with 1009 (message too big) as soon as
+	// a frame header announces it. Default 16 MiB. Negative means no limit.
+	MaxMessageSize int64
+
+	// SkipUTF8Validation turns off the UTF-8 check of text messages and
+	// close reasons that RFC 6455 requires. Default false: text is checked,
+	// and invalid text fails the connection with 1007 as soon as the first
+	// invalid byte arrives.
+	SkipUTF8Validation bool
+
+	// ParallelEnabled moves OnMessage calls off the read goroutine, onto at
+	// most ParallelLimit short-lived goroutines per connection; messages may
+	// then be handled out of order. Default false: OnMessage runs on the read
+	// goroutine, in order.
+	ParallelEnabled bool
+
+	// ParallelLimit bounds the OnMessage calls in flight per connection when
+	// ParallelEnabled is set; the read loop waits when it is reached.
+	// Default 8.
+	ParallelLimit int
+
+	// WriteQueueSize bounds the messages WriteAsync may hold per connection;
+	// past it WriteAsync returns ErrQueueFull. Default 256.
+	WriteQueueSize int
+
+	// CloseTimeout bounds the wait for the peer's answer to a close frame
+	// gust sent, before the TCP connection is closed anyway. Default 5s.
+	CloseTimeout time.Duration
+
+	// DisableRecovery lets a panic in an Event callback crash the process.
+	// Default false: the panic is recovered, its stack logged to ErrorLog,
+	// and the connection closed with 1011 (internal error).
+	DisableRecovery bool
+
+	// ErrorLog receives recovered panics and accept errors. Default: the log
+	// package's standard logger.
+	ErrorLog *log.Logger
+
+	// Subprotocols lists the subprotocols a server supports, in order of
+	// preference; the first one the client also offers is selected.
+	// Default none: no Sec-WebSocket-Protocol in the response.
+	Subprotocols []string
+
+	// ResponseHeader is added to every handshake response a server sends
+	// (for example Set-Cookie). Default none.
+	ResponseHeader http.Header
+
+	// CheckOrigin decides whether a server accepts a handshake, from the
+	// request's Origin; a false answer refuses it with 403. Default: accept
+	// requests without an Origin header (non-browser clients) and requests
+	// whose Origin host equals the Host header (same-origin browsers).
+	CheckOrigin func(r *http.Request) bool
+
+	// HandshakeTimeout bounds the time a Server waits for a complete
+	// handshake request after accepting a connection. Default 10s.
+	HandshakeTimeout time.Duration
+
+	// MaxHeaderBytes bounds the size of a handshake request head a Server
+	// reads; a larger one is refused with 431. Default 16 KiB.
+	MaxHeaderBytes int
+
+	// TLSConfig is used by Server.ListenAndServeTLS. Default nil: a config
+	// with the certificate files given to ListenAndServeTLS.
+	TLSConfig *tls.Config
+}
+
+// Defaults for the Options fields.
+const (
+	defaultReadBufferSize   = 8 << 10
+	defaultWriteBufferSize  = 16 << 10
+	defaultMaxMessageSize   = 16 << 20
+	defaultParallelLimit    = 8
+	defaultWriteQueueSize   = 256
+	defaultCloseTimeout     = 5 * time.Second
+	defaultHandshakeTimeout = 10 * time.Second
+	defaultMaxHeaderBytes   = 16 << 10
+)
+
+// config is Options with the defaults filled in, shared by every connection
+// an Upgrader, Server or Dial makes.
+type config struct {
+	Options
+}
+
+func newConfig(o *Options) *config {
+	c := &config{}
+	if o != nil {
+		c.Options = *o
+	}
+	if c.ReadBufferSize <= 0 {
+		c.ReadBufferSize = defaultReadBufferSize
+	}
+	if c.WriteBufferSize <= 0 {
+		c.WriteBufferSize = defaultWriteBufferSize
+	}
+	if c.MaxMessageSize == 0 {
+		c.MaxMessageSize = defaultMaxMessageSize
+	}
+	if c.ParallelLimit <= 0 {
+		c.ParallelLimit = defaultParallelLimit
+	}
+	if c.WriteQueueSize <= 0 {
+		c.WriteQueueSize = defaultWriteQueueSize
+	}
+	if c.CloseTimeout <= 0 {
+		c.CloseTimeout = defaultCloseTimeout
+	}
+	if c.ErrorLog == nil {
+		c.ErrorLog = log.Default()
+	}
+	if c.HandshakeTimeout <= 0 {
+		c.HandshakeTimeout = defaultHandshakeTimeout
+	}
+	if c.MaxHeaderBytes <= 0 {
+		c.MaxHeaderBytes = defaultMaxHeaderBytes
+	}
+	return c
+}

@@ -1,0 +1,334 @@
+package gust
+
+import (
+	"encoding/binary"
+	"io"
+
+	"github.com/gustws/gust/internal/bufpool"
+	"github.com/gustws/gust/internal/mask"
+	"github.com/gustws/gust/internal/utf8"
+)
+
+const minReadBufferSize = 512
+
+// readState is the read side of a Conn, owned by the read goroutine.
+type readState struct {
+	buf    *[]byte // pooled; bytes buf[r:w] are read and not yet parsed
+	r, w   int
+	corked bool
+
+	// the data message being assembled
+	op     Opcode // 0 when no message is in progress
+	msg    *[]byte
+	n      int
+	utf8   utf8.Validator
+	ctrl   [maxControlPayload]byte
+	closed bool // the peer's close frame has been read
+}
+
+func (rd *readState) release() {
+	if rd.buf != nil {
+		bufpool.Put(rd.buf)
+		rd.buf = nil
+	}
+	if rd.msg != nil {
+		bufpool.Put(rd.msg)
+		rd.msg = nil
+	}
+	rd.r, rd.w = 0, 0
+}
+
+// read reads from the connection into p, flushing corked writes first, so
+// that every write made while dispatching leaves before the read blocks.
+func (c *Conn) read(p []byte) (int, error) {
+	if err := c.uncork(); err != nil {
+		return 0, err
+	}
+	for {
+		n, err := c.conn.Read(p)
+		if n > 0 {
+			c.cork()
+			return n, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+}
+
+// fill reads more bytes into the read buffer, making room at its end first.
+func (c *Conn) fill() error {
+	rd := &c.rd
+	if rd.buf == nil {
+		rd.buf = bufpool.Get(max(c.cfg.ReadBufferSize, minReadBufferSize))
+	}
+	b := *rd.buf
+	if rd.r == rd.w {
+		rd.r, rd.w = 0, 0
+	} else if rd.r > 0 && len(b)-rd.r < minReadBufferSize {
+		rd.w = copy(b, b[rd.r:rd.w])
+		rd.r = 0
+	}
+	n, err := c.read(b[rd.w:])
+	rd.w += n
+	return err
+}
+
+// ensure makes at least n (at most minReadBufferSize) unparsed bytes
+// available.
+func (c *Conn) ensure(n int) error {
+	for c.rd.w-c.rd.r < n {
+		if err := c.fill(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func protocolError(code StatusCode, reason string) error {
+	return &ProtocolError{Code: code, Reason: reason}
+}
+
+// readFrames reads frames until an error or the peer's close frame, which
+// it answers. It returns a *CloseError for the peer's close, a
+// *ProtocolError for a violation (the caller sends the close frame), or the
+// I/O error.
+func (c *Conn) readFrames() error {
+	rd := &c.rd
+	for {
+		if err := c.ensure(2); err != nil {
+			return err
+		}
+		b := (*rd.buf)[rd.r:rd.w]
+		fin := b[0]&0x80 != 0
+		op := Opcode(b[0] & 0x0f)
+		masked := b[1]&0x80 != 0
+		length := int64(b[1] & 0x7f)
+
+		if b[0]&0x70 != 0 {
+			return protocolError(StatusProtocolError, "reserved bits set")
+		}
+		if masked != c.server {
+			if c.server {
+				return protocolError(StatusProtocolError, "client frame not masked")
+			}
+			return protocolError(StatusProtocolError, "server frame masked")
+		}
+		switch op {
+		case OpContinuation, OpText, OpBinary:
+		case OpClose, OpPing, OpPong:
+			if !fin {
+				return protocolError(StatusProtocolError, "fragmented control frame")
+			}
+			if length > maxControlPayload {
+				return protocolError(StatusProtocolError, "control frame payload over 125 bytes")
+			}
+		default:
+			return protocolError(StatusProtocolError, "reserved opcode")
+		}
+
+		hn := 2
+		switch length {
+		case 126:
+			hn += 2
+		case 127:
+			hn += 8
+		}
+		if masked {
+			hn += 4
+		}
+		if err := c.ensure(hn); err != nil {
+			return err
+		}
+		b = (*rd.buf)[rd.r:rd.w]
+		switch length {
+		case 126:
+			length = int64(binary.BigEndian.Uint16(b[2:]))
+		case 127:
+			u := binary.BigEndian.Uint64(b[2:])
+			if u>>63 != 0 {
+				return protocolError(StatusProtocolError, "payload length with the most significant bit set")
+			}
+			length = int64(u)
+		}
+		var key [4]byte
+		if masked {
+			copy(key[:], b[hn-4:hn])
+		}
+		rd.r += hn
+
+		if op.isControl() {
+			if err := c.readControl(op, int(length), key); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := c.readData(op, fin, length, key); err != nil {
+			return err
+		}
+	}
+}
+
+// readControl reads a control frame's payload and handles the frame.
+func (c *Conn) readControl(op Opcode, n int, key [4]byte) error {
+	rd := &c.rd
+	if err := c.ensure(n); err != nil {
+		return err
+	}
+	p := rd.ctrl[:n]
+	c.unmask(p, (*rd.buf)[rd.r:rd.r+n], key, 0)
+	rd.r += n
+	switch op {
+	case OpPing:
+		c.handler.OnPing(c, p)
+	case OpPong:
+		c.handler.OnPong(c, p)
+	case OpClose:
+		return c.readClose(p)
+	}
+	return nil
+}
+
+// readClose checks the peer's close frame, answers it with the same code
+// (unless gust sent its own close frame first) and returns it as an error.
+func (c *Conn) readClose(p []byte) error {
+	ce := &CloseError{Code: StatusNoStatusReceived}
+	switch {
+	case len(p) == 1:
+		return protocolError(StatusProtocolError, "close payload of one byte")
+	case len(p) >= 2:
+		ce.Code = StatusCode(binary.BigEndian.Uint16(p))
+		if !ce.Code.validOnWire() {
+			return protocolError(StatusProtocolError, "invalid close code")
+		}
+		if !c.cfg.SkipUTF8Validation && !utf8.Valid(p[2:]) {
+			return protocolError(StatusInvalidFramePayloadData, "close reason not valid UTF-8")
+		}
+		ce.Reason = string(p[2:])
+	}
+	c.rd.closed = true
+	c.writeCloseFrame(ce.Code, "")
+	return ce
+}
+
+// unmask copies src to dst, unmasking on the server side; it returns the
+// next key position.
+func (c *Conn) unmask(dst, src []byte, key [4]byte, pos int) int {
+	if c.server {
+		return mask.ApplyCopy(dst, src, key, pos)
+	}
+	copy(dst, src)
+	return pos
+}
+
+// readData reads a data frame's payload into the message being assembled,
+// checking text as it arrives, and dispatches the message on its last frame.
+func (c *Conn) readData(op Opcode, fin bool, length int64, key [4]byte) error {
+	rd := &c.rd
+	if op == OpContinuation {
+		if rd.op == 0 {
+			return protocolError(StatusProtocolError, "continuation frame without a message")
+		}
+	} else {
+		if rd.op != 0 {
+			return protocolError(StatusProtocolError, "new message inside a fragmented message")
+		}
+		rd.op = op
+		rd.n = 0
+		rd.utf8.Reset()
+	}
+	if max := c.cfg.MaxMessageSize; max > 0 && int64(rd.n)+length > max {
+		return protocolError(StatusMessageTooBig, "message over the size limit")
+	}
+	end := rd.n + int(length)
+	if rd.msg == nil {
+		rd.msg = bufpool.Get(end)
+	} else {
+		rd.msg = bufpool.Grow(rd.msg, end)
+	}
+	checkText := rd.op == OpText && !c.cfg.SkipUTF8Validation
+
+	pos := 0
+	for rd.n < end {
+		dst := (*rd.msg)[rd.n:end]
+		if avail := rd.w - rd.r; avail > 0 {
+			k := min(avail, len(dst))
+			pos = c.unmask(dst[:k], (*rd.buf)[rd.r:rd.r+k], key, pos)
+			rd.r += k
+			dst = dst[:k]
+		} else if len(dst) >= len(*rd.buf)/2 {
+			// Large and nothing buffered: read straight into the message.
+			k, err := c.read(dst)
+			if err != nil {
+				return noEOF(err)
+			}
+			dst = dst[:k]
+			if c.server {
+				pos = mask.Apply(dst, key, pos)
+			}
+		} else {
+			if err := c.fill(); err != nil {
+				return noEOF(err)
+			}
+			continue
+		}
+		rd.n += len(dst)
+		if checkText && !rd.utf8.Feed(dst) {
+			return protocolError(StatusInvalidFramePayloadData, "text not valid UTF-8")
+		}
+	}
+	if !fin {
+		return nil
+	}
+	if checkText && !rd.utf8.Complete() {
+		return protocolError(StatusInvalidFramePayloadData, "text not valid UTF-8")
+	}
+	m := newMessage(rd.op, rd.msg, rd.n)
+	rd.msg, rd.op, rd.n = nil, 0, 0
+	if c.closeSentByUs() {
+		m.Close() // the browser API drops messages that arrive while closing
+		return nil
+	}
+	c.dispatch(m)
+	return nil
+}
+
+// noEOF turns an EOF in the middle of a frame into io.ErrUnexpectedEOF.
+func noEOF(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+func (c *Conn) closeSentByUs() bool {
+	c.wr.mu.Lock()
+	sent := c.wr.closeSent
+	c.wr.mu.Unlock()
+	return sent
+}
+
+// dispatch hands a message to OnMessage, on the read goroutine or, with
+// Options.ParallelEnabled, on a short-lived goroutine.
+func (c *Conn) dispatch(m *Message) {
+	if c.parallel == nil {
+		c.handler.OnMessage(c, m)
+		return
+	}
+	c.parallel <- struct{}{}
+	c.inflight.Add(1)
+	go func() {
+		defer func() {
+			<-c.parallel
+			c.inflight.Done()
+		}()
+		if !c.cfg.DisableRecovery {
+			defer func() {
+				if p := recover(); p != nil {
+					c.abort(c.recovered(p))
+				}
+			}()
+		}
+		c.handler.OnMessage(c, m)
+	}()
+}

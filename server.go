@@ -1,0 +1,293 @@
+package gust
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gustws/gust/internal/bufpool"
+	"github.com/gustws/gust/internal/handshake"
+)
+
+// Server accepts WebSocket connections on any net.Listener with its own
+// accept loop and HTTP/1.1 handshake parser, without net/http: less memory
+// and latency per connection. Every request, whatever its path, is treated
+// as a WebSocket handshake; use an Upgrader inside a net/http server to mix
+// WebSockets with other HTTP handlers.
+//
+// Each connection runs its ReadLoop in the goroutine that accepted it.
+type Server struct {
+	handler Event
+	cfg     *config
+
+	closing   atomic.Bool
+	mu        sync.Mutex
+	listeners map[net.Listener]struct{}
+	conns     map[*Conn]struct{}
+	wg        sync.WaitGroup // one per accepted connection, handshake included
+}
+
+// NewServer returns a Server whose connections report to h. A nil opts
+// means the defaults.
+func NewServer(h Event, opts *Options) *Server {
+	return &Server{
+		handler:   h,
+		cfg:       newConfig(opts),
+		listeners: make(map[net.Listener]struct{}),
+		conns:     make(map[*Conn]struct{}),
+	}
+}
+
+// ListenAndServe listens on the TCP address addr and calls Serve.
+func (s *Server) ListenAndServe(addr string) error {
+	if s.closing.Load() {
+		return ErrServerClosed
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	return s.Serve(ln)
+}
+
+// ListenAndServeTLS listens on addr and serves WebSockets over TLS, with
+// Options.TLSConfig (if set) and the certificate and key files (if not
+// empty).
+func (s *Server) ListenAndServeTLS(addr, certFile, keyFile string) error {
+	if s.closing.Load() {
+		return ErrServerClosed
+	}
+	cfg := &tls.Config{}
+	if s.cfg.TLSConfig != nil {
+		cfg = s.cfg.TLSConfig.Clone()
+	}
+	if certFile != "" || keyFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return err
+		}
+		cfg.Certificates = append(cfg.Certificates, cert)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	return s.Serve(tls.NewListener(ln, cfg))
+}
+
+// Serve accepts connections on ln until Shutdown or Close, and then returns
+// ErrServerClosed; it returns other errors from ln.Accept that are not
+// temporary. Temporary accept errors (such as running out of file
+// descriptors) are logged and retried with a growing pause.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.closing.Load() {
+		s.mu.Unlock()
+		ln.Close()
+		return ErrServerClosed
+	}
+	s.listeners[ln] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.listeners, ln)
+		s.mu.Unlock()
+		ln.Close()
+	}()
+
+	var pause time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if s.closing.Load() {
+				return ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || isTemporary(err) {
+				pause = min(max(2*pause, 5*time.Millisecond), time.Second)
+				s.cfg.ErrorLog.Printf("gust: accept error: %v; retrying in %v", err, pause)
+				time.Sleep(pause)
+				continue
+			}
+			return err
+		}
+		pause = 0
+		s.wg.Add(1)
+		go s.serveConn(nc)
+	}
+}
+
+func isTemporary(err error) bool {
+	var t interface{ Temporary() bool }
+	return errors.As(err, &t) && t.Temporary()
+}
+
+// serveConn reads and answers the handshake, then runs the read loop.
+func (s *Server) serveConn(nc net.Conn) {
+	defer s.wg.Done()
+	c := s.handshake(nc)
+	if c == nil {
+		nc.Close()
+		return
+	}
+	s.mu.Lock()
+	closing := s.closing.Load()
+	if !closing {
+		s.conns[c] = struct{}{}
+	}
+	s.mu.Unlock()
+	if closing {
+		c.startClose(StatusGoingAway, "server shutting down")
+	}
+	c.onClose = s.forget
+	c.ReadLoop()
+}
+
+func (s *Server) forget(c *Conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+// handshake reads the request head, checks it, and answers with 101 or an
+// HTTP error. It returns nil when the connection must be closed.
+func (s *Server) handshake(nc net.Conn) *Conn {
+	cfg := s.cfg
+	nc.SetDeadline(time.Now().Add(cfg.HandshakeTimeout))
+	buf := bufpool.Get(cfg.MaxHeaderBytes + minReadBufferSize)
+	defer bufpool.Put(buf)
+	b := *buf
+	w := 0
+	var req *handshake.Request
+	var hn int
+	for {
+		n, err := nc.Read(b[w:])
+		w += n
+		if n > 0 {
+			var perr error
+			req, hn, perr = handshake.Parse(b[:w], cfg.MaxHeaderBytes)
+			if perr == nil {
+				break
+			}
+			var he *handshake.Error
+			if errors.As(perr, &he) {
+				nc.Write(appendErrorResponse(nil, he.Status, he.Reason))
+				return nil
+			}
+			if w == len(b) {
+				nc.Write(appendErrorResponse(nil, http.StatusRequestHeaderFieldsTooLarge, "request head too large"))
+				return nil
+			}
+		}
+		if err != nil {
+			return nil
+		}
+	}
+	r, err := newHTTPRequest(req, nc)
+	if err != nil {
+		nc.Write(appendErrorResponse(nil, http.StatusBadRequest, "invalid request target"))
+		return nil
+	}
+	key, proto, herr := cfg.checkRequest(r)
+	if herr != nil {
+		nc.Write(appendErrorResponse(nil, herr.Status, herr.Reason))
+		return nil
+	}
+	if _, err := nc.Write(cfg.appendResponse(b[w:w], key, proto)); err != nil {
+		return nil
+	}
+	nc.SetDeadline(time.Time{})
+	return newConn(nc, cfg, s.handler, true, b[hn:w], proto)
+}
+
+// newHTTPRequest makes the *http.Request that CheckOrigin receives.
+func newHTTPRequest(req *handshake.Request, nc net.Conn) (*http.Request, error) {
+	u, err := url.ParseRequestURI(req.RequestURI)
+	if err != nil {
+		return nil, err
+	}
+	major, minor, ok := http.ParseHTTPVersion(req.Proto)
+	if !ok {
+		return nil, errors.New("gust: bad HTTP version")
+	}
+	r := &http.Request{
+		Method:     req.Method,
+		URL:        u,
+		Proto:      req.Proto,
+		ProtoMajor: major,
+		ProtoMinor: minor,
+		Header:     req.Header,
+		Host:       req.Header.Get("Host"),
+		RequestURI: req.RequestURI,
+		RemoteAddr: nc.RemoteAddr().String(),
+	}
+	if tc, ok := nc.(*tls.Conn); ok {
+		st := tc.ConnectionState()
+		r.TLS = &st
+	}
+	return r, nil
+}
+
+// Shutdown stops accepting, sends a close frame with 1001 (going away) to
+// every connection, and waits until every connection has ended (their
+// OnClose returned) or ctx is done. When ctx ends first, it closes the
+// connections that remain, waits for their OnClose, and returns ctx.Err().
+// net/http's own Shutdown does not cover hijacked connections; this one
+// covers every connection the Server accepted.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.closing.Store(true)
+	s.mu.Lock()
+	for ln := range s.listeners {
+		ln.Close()
+	}
+	conns := make([]*Conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.startClose(StatusGoingAway, "server shutting down")
+	}
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		s.closeAll()
+		<-done
+		return ctx.Err()
+	}
+}
+
+// Close stops accepting and closes every connection at once, without a
+// close handshake; OnClose receives ErrServerClosed. It waits for the
+// connections' OnClose calls.
+func (s *Server) Close() error {
+	s.closing.Store(true)
+	s.mu.Lock()
+	for ln := range s.listeners {
+		ln.Close()
+	}
+	s.mu.Unlock()
+	s.closeAll()
+	s.wg.Wait()
+	return nil
+}
+
+func (s *Server) closeAll() {
+	s.mu.Lock()
+	for c := range s.conns {
+		c.abort(ErrServerClosed)
+	}
+	s.mu.Unlock()
+}

@@ -1,0 +1,182 @@
+package gust
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gustws/gust/internal/handshake"
+)
+
+// Upgrader turns net/http requests into WebSocket connections. It is safe
+// for concurrent use; make one per set of Options and Event handler.
+type Upgrader struct {
+	handler Event
+	cfg     *config
+}
+
+// NewUpgrader returns an Upgrader whose connections report to h. A nil opts
+// means the defaults.
+func NewUpgrader(h Event, opts *Options) *Upgrader {
+	return &Upgrader{handler: h, cfg: newConfig(opts)}
+}
+
+// HandshakeError is a refused handshake: the HTTP status gust answered with
+// and why.
+type HandshakeError struct {
+	Status int
+	Reason string
+}
+
+func (e *HandshakeError) Error() string {
+	return fmt.Sprintf("gust: handshake refused with %d: %s", e.Status, e.Reason)
+}
+
+// Upgrade checks the handshake request, answers it and returns the
+// connection; the caller then runs its ReadLoop. When the request is not an
+// acceptable WebSocket handshake, Upgrade answers with the HTTP status RFC
+// 6455 names (400, 403 for a refused origin, 405 for a method other than
+// GET, 426 with Sec-WebSocket-Version: 13 for another version) and a short
+// body, and returns a *HandshakeError.
+//
+// Upgrade hijacks the connection through http.NewResponseController, so
+// middleware that wraps the ResponseWriter works if it has an Unwrap method.
+// Bytes the client sent after the request and net/http already buffered are
+// kept.
+func (u *Upgrader) Upgrade(w http.ResponseWriter, r *http.Request) (*Conn, error) {
+	key, proto, herr := u.cfg.checkRequest(r)
+	if herr != nil {
+		if herr.Status == http.StatusUpgradeRequired {
+			w.Header().Set("Sec-WebSocket-Version", "13")
+		}
+		if herr.Status == http.StatusMethodNotAllowed {
+			w.Header().Set("Allow", http.MethodGet)
+		}
+		http.Error(w, herr.Reason, herr.Status)
+		return nil, herr
+	}
+	nc, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		http.Error(w, "websocket: cannot take over the connection", http.StatusInternalServerError)
+		return nil, fmt.Errorf("gust: hijack: %w", err)
+	}
+	var buffered []byte
+	if n := brw.Reader.Buffered(); n > 0 {
+		buffered, _ = brw.Reader.Peek(n)
+	}
+	resp := u.cfg.appendResponse(make([]byte, 0, 256), key, proto)
+	nc.SetDeadline(time.Now().Add(u.cfg.HandshakeTimeout))
+	if _, err := nc.Write(resp); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("gust: writing handshake response: %w", err)
+	}
+	nc.SetDeadline(time.Time{})
+	return newConn(nc, u.cfg, u.handler, true, buffered, proto), nil
+}
+
+// checkRequest checks a handshake request (RFC 6455 §4.2.1) and returns the
+// client's key and the selected subprotocol.
+func (cfg *config) checkRequest(r *http.Request) (key, proto string, herr *HandshakeError) {
+	fail := func(status int, reason string) (string, string, *HandshakeError) {
+		return "", "", &HandshakeError{Status: status, Reason: reason}
+	}
+	if r.Method != http.MethodGet {
+		return fail(http.StatusMethodNotAllowed, "websocket: handshake method must be GET")
+	}
+	if !r.ProtoAtLeast(1, 1) {
+		return fail(http.StatusBadRequest, "websocket: handshake needs HTTP/1.1")
+	}
+	if !handshake.HasToken(r.Header, "Connection", "upgrade") {
+		return fail(http.StatusBadRequest, "websocket: Connection header must contain upgrade")
+	}
+	if !handshake.HasToken(r.Header, "Upgrade", "websocket") {
+		return fail(http.StatusBadRequest, "websocket: Upgrade header must be websocket")
+	}
+	if v := r.Header.Values("Sec-WebSocket-Version"); len(v) != 1 || v[0] != "13" {
+		return fail(http.StatusUpgradeRequired, "websocket: unsupported version; this server speaks 13")
+	}
+	key = r.Header.Get("Sec-WebSocket-Key")
+	if len(r.Header.Values("Sec-WebSocket-Key")) != 1 || !handshake.ValidKey(key) {
+		return fail(http.StatusBadRequest, "websocket: missing or invalid Sec-WebSocket-Key")
+	}
+	check := cfg.CheckOrigin
+	if check == nil {
+		check = sameOrigin
+	}
+	if !check(r) {
+		return fail(http.StatusForbidden, "websocket: origin not allowed")
+	}
+	return key, cfg.selectSubprotocol(r.Header), nil
+}
+
+// sameOrigin accepts requests without an Origin header and requests whose
+// Origin host is the request's Host.
+func sameOrigin(r *http.Request) bool {
+	origin := r.Header.Values("Origin")
+	if len(origin) == 0 {
+		return true
+	}
+	u, err := url.Parse(origin[0])
+	if err != nil {
+		return false
+	}
+	return strings.EqualFold(u.Host, r.Host)
+}
+
+func (cfg *config) selectSubprotocol(h http.Header) string {
+	if len(cfg.Subprotocols) == 0 {
+		return ""
+	}
+	offered := handshake.Tokens(h, "Sec-WebSocket-Protocol")
+	for _, p := range cfg.Subprotocols {
+		for _, o := range offered {
+			if o == p {
+				return p
+			}
+		}
+	}
+	return ""
+}
+
+// appendResponse appends the 101 response to b.
+func (cfg *config) appendResponse(b []byte, key, proto string) []byte {
+	b = append(b, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: "...)
+	b = append(b, handshake.AcceptKey(key)...)
+	b = append(b, "\r\n"...)
+	if proto != "" {
+		b = append(b, "Sec-WebSocket-Protocol: "...)
+		b = append(b, proto...)
+		b = append(b, "\r\n"...)
+	}
+	if len(cfg.ResponseHeader) > 0 {
+		var buf bytes.Buffer
+		cfg.ResponseHeader.Write(&buf) // drops CR and LF inside values
+		b = append(b, buf.Bytes()...)
+	}
+	return append(b, "\r\n"...)
+}
+
+// appendErrorResponse appends a complete HTTP error response to b, for the
+// Server path, which does not go through net/http.
+func appendErrorResponse(b []byte, status int, reason string) []byte {
+	b = append(b, "HTTP/1.1 "...)
+	b = strconv.AppendInt(b, int64(status), 10)
+	b = append(b, ' ')
+	b = append(b, http.StatusText(status)...)
+	b = append(b, "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n"...)
+	switch status {
+	case http.StatusUpgradeRequired:
+		b = append(b, "Sec-WebSocket-Version: 13\r\n"...)
+	case http.StatusMethodNotAllowed:
+		b = append(b, "Allow: GET\r\n"...)
+	}
+	b = append(b, "Content-Length: "...)
+	b = strconv.AppendInt(b, int64(len(reason)+1), 10)
+	b = append(b, "\r\n\r\n"...)
+	b = append(b, reason...)
+	return append(b, '\n')
+}

@@ -1,0 +1,270 @@
+package gust
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The tests speak the wire protocol through rawClient, written from RFC 6455
+// alone, so that they check gust against the RFC rather than against itself.
+
+// serverMode is one way to serve gust connections; most tests run over all.
+type serverMode struct {
+	name  string
+	start func(t *testing.T, h Event, opts *Options) (addr string)
+}
+
+var serverModes = []serverMode{
+	{"upgrader", startUpgrader},
+	{"server", startServer},
+}
+
+func startUpgrader(t *testing.T, h Event, opts *Options) string {
+	t.Helper()
+	u := NewUpgrader(h, opts)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := u.Upgrade(w, r)
+		if err != nil {
+			return
+		}
+		c.ReadLoop()
+	}))
+	t.Cleanup(ts.Close)
+	return ts.Listener.Addr().String()
+}
+
+func startServer(t *testing.T, h Event, opts *Options) string {
+	t.Helper()
+	s := NewServer(h, opts)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ln) }()
+	t.Cleanup(func() {
+		require.NoError(t, s.Close())
+		require.ErrorIs(t, <-done, ErrServerClosed)
+	})
+	return ln.Addr().String()
+}
+
+func forEachMode(t *testing.T, f func(t *testing.T, m serverMode)) {
+	for _, m := range serverModes {
+		t.Run(m.name, func(t *testing.T) { f(t, m) })
+	}
+}
+
+type rawClient struct {
+	t  *testing.T
+	nc net.Conn
+	br *bufio.Reader
+}
+
+func handshakeRequest(addr string, extra ...string) string {
+	var key [16]byte
+	rand.Read(key[:])
+	s := "GET / HTTP/1.1\r\nHost: " + addr + "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: " + base64.StdEncoding.EncodeToString(key[:]) + "\r\n"
+	for _, h := range extra {
+		s += h + "\r\n"
+	}
+	return s + "\r\n"
+}
+
+// dialRaw connects and completes the handshake; after is sent in the same
+// write as the request.
+func dialRaw(t *testing.T, addr string, after []byte, headers ...string) *rawClient {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { nc.Close() })
+	nc.SetDeadline(time.Now().Add(10 * time.Second))
+	_, err = nc.Write(append([]byte(handshakeRequest(addr, headers...)), after...))
+	require.NoError(t, err)
+	c := &rawClient{t: t, nc: nc, br: bufio.NewReader(nc)}
+	resp, err := http.ReadResponse(c.br, nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusSwitchingProtocols, resp.StatusCode)
+	return c
+}
+
+// frame encodes a client frame: masked, with the given first byte.
+func frame(b0 byte, payload []byte) []byte {
+	return encodeFrame(b0, payload, true)
+}
+
+func encodeFrame(b0 byte, payload []byte, masked bool) []byte {
+	var out []byte
+	out = append(out, b0)
+	mbit := byte(0)
+	if masked {
+		mbit = 0x80
+	}
+	n := len(payload)
+	switch {
+	case n <= 125:
+		out = append(out, mbit|byte(n))
+	case n <= 0xffff:
+		out = append(out, mbit|126, byte(n>>8), byte(n))
+	default:
+		out = append(out, mbit|127)
+		out = binary.BigEndian.AppendUint64(out, uint64(n))
+	}
+	if !masked {
+		return append(out, payload...)
+	}
+	var key [4]byte
+	rand.Read(key[:])
+	out = append(out, key[:]...)
+	for i, b := range payload {
+		out = append(out, b^key[i&3])
+	}
+	return out
+}
+
+func (c *rawClient) send(b ...[]byte) {
+	c.t.Helper()
+	for _, p := range b {
+		_, err := c.nc.Write(p)
+		require.NoError(c.t, err)
+	}
+}
+
+// readFrame reads one server frame and checks it is not masked.
+func (c *rawClient) readFrame() (b0 byte, payload []byte, err error) {
+	var h [2]byte
+	if _, err = io.ReadFull(c.br, h[:]); err != nil {
+		return 0, nil, err
+	}
+	if h[1]&0x80 != 0 {
+		return 0, nil, fmt.Errorf("server frame masked")
+	}
+	n := uint64(h[1] & 0x7f)
+	switch n {
+	case 126:
+		var e [2]byte
+		if _, err = io.ReadFull(c.br, e[:]); err != nil {
+			return 0, nil, err
+		}
+		n = uint64(binary.BigEndian.Uint16(e[:]))
+	case 127:
+		var e [8]byte
+		if _, err = io.ReadFull(c.br, e[:]); err != nil {
+			return 0, nil, err
+		}
+		n = binary.BigEndian.Uint64(e[:])
+	}
+	payload = make([]byte, n)
+	_, err = io.ReadFull(c.br, payload)
+	return h[0], payload, err
+}
+
+// expectMessage reads one final data frame and checks it.
+func (c *rawClient) expectMessage(op Opcode, want []byte) {
+	c.t.Helper()
+	b0, p, err := c.readFrame()
+	require.NoError(c.t, err)
+	require.Equal(c.t, byte(0x80)|byte(op), b0)
+	require.Equal(c.t, len(want), len(p))
+	require.Equal(c.t, want, p)
+}
+
+// expectClose reads frames until a close frame, checks its code, and then
+// checks that the server closes the TCP connection.
+func (c *rawClient) expectClose(code StatusCode) {
+	c.t.Helper()
+	for {
+		b0, p, err := c.readFrame()
+		require.NoError(c.t, err, "waiting for close %d", code)
+		if Opcode(b0&0x0f) != OpClose {
+			continue
+		}
+		require.Equal(c.t, byte(0x88), b0)
+		if code == StatusNoStatusReceived {
+			require.Empty(c.t, p)
+		} else {
+			require.GreaterOrEqual(c.t, len(p), 2)
+			require.Equal(c.t, code, StatusCode(binary.BigEndian.Uint16(p)), "close reason %q", p[2:])
+		}
+		// Answer with the same code, as a client does, then expect the
+		// server to close TCP.
+		c.nc.Write(frame(0x88, p[:min(len(p), 2)]))
+		break
+	}
+	_, err := c.br.ReadByte()
+	require.ErrorIs(c.t, err, io.EOF)
+	c.nc.Close()
+}
+
+func (c *rawClient) rawRequest(req string) *http.Response {
+	c.t.Helper()
+	_, err := io.WriteString(c.nc, req)
+	require.NoError(c.t, err)
+	resp, err := http.ReadResponse(c.br, nil)
+	require.NoError(c.t, err)
+	return resp
+}
+
+// echoHandler echoes messages and records the OnClose error.
+type echoHandler struct {
+	BuiltinEventHandler
+	closed chan error
+}
+
+func newEcho() *echoHandler { return &echoHandler{closed: make(chan error, 100)} }
+
+func (h *echoHandler) OnMessage(c *Conn, m *Message) {
+	c.WriteMessage(m.Opcode, m.Data)
+	m.Close()
+}
+
+func (h *echoHandler) OnClose(c *Conn, err error) { h.closed <- err }
+
+func (h *echoHandler) waitClose(t *testing.T) error {
+	t.Helper()
+	select {
+	case err := <-h.closed:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal("OnClose was not called")
+		return nil
+	}
+}
+
+func repeat(s string, n int) []byte { return []byte(strings.Repeat(s, n)) }
+
+func newBufReader(nc net.Conn) *bufio.Reader { return bufio.NewReader(nc) }
+
+// safeBuffer is a bytes.Buffer for a logger written from several goroutines.
+type safeBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *safeBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *safeBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func newLogger(w io.Writer) *log.Logger { return log.New(w, "", 0) }

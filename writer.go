@@ -1,0 +1,384 @@
+package gust
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"net"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gustws/gust/internal/bufpool"
+	"github.com/gustws/gust/internal/mask"
+)
+
+const (
+	maxHeaderSize     = 14
+	maxControlPayload = 125
+)
+
+// writeState is the write side of a Conn, guarded by mu.
+type writeState struct {
+	mu        sync.Mutex
+	buf       *[]byte // corked bytes; nil when nothing is corked
+	corked    bool    // the read goroutine is dispatching: append, flush later
+	closeSent bool
+	closed    bool
+	err       error // sticky: a failed write leaves the stream unusable
+	iov       [2][]byte
+	hdr       [maxHeaderSize]byte
+
+	queue      []asyncWrite
+	queueBusy  bool
+	queueMu    sync.Mutex
+	maskSource maskSource
+}
+
+type asyncWrite struct {
+	op   Opcode
+	p    []byte
+	done func(error)
+}
+
+// WriteMessage sends p as one message of type op (OpText or OpBinary). For
+// OpText, p should be valid UTF-8; gust does not check what it sends. p may
+// be reused as soon as WriteMessage returns.
+func (c *Conn) WriteMessage(op Opcode, p []byte) error {
+	if op != OpText && op != OpBinary {
+		return errBadOpcode
+	}
+	return c.writeFrame(op, p)
+}
+
+// WriteString sends s as one text message.
+func (c *Conn) WriteString(s string) error {
+	return c.writeFrame(OpText, stringBytes(s))
+}
+
+// WritePing sends a ping with payload p (at most 125 bytes).
+func (c *Conn) WritePing(p []byte) error {
+	if len(p) > maxControlPayload {
+		return ErrControlTooLong
+	}
+	return c.writeFrame(OpPing, p)
+}
+
+// WritePong sends a pong with payload p (at most 125 bytes).
+func (c *Conn) WritePong(p []byte) error {
+	if len(p) > maxControlPayload {
+		return ErrControlTooLong
+	}
+	return c.writeFrame(OpPong, p)
+}
+
+// WriteClose starts the closing handshake: it sends a close frame with code
+// and reason, after which no more messages can be written. The connection
+// ends when the peer answers with its close frame (OnClose then receives it
+// as a *CloseError), or after Options.CloseTimeout. As in the browser
+// WebSocket API, code must be 1000 or in 3000–4999, and the reason valid
+// UTF-8 of at most 123 bytes.
+func (c *Conn) WriteClose(code StatusCode, reason string) error {
+	if code != StatusNormalClosure && (code < 3000 || code > 4999) {
+		return ErrInvalidCloseCode
+	}
+	if len(reason) > maxControlPayload-2 {
+		return ErrControlTooLong
+	}
+	if !utf8.ValidString(reason) {
+		return ErrInvalidUTF8
+	}
+	return c.startClose(code, reason)
+}
+
+// startClose sends a close frame and bounds the wait for the answer.
+func (c *Conn) startClose(code StatusCode, reason string) error {
+	if err := c.writeCloseFrame(code, reason); err != nil {
+		return err
+	}
+	c.conn.SetReadDeadline(time.Now().Add(c.cfg.CloseTimeout))
+	return nil
+}
+
+// writeCloseFrame sends a close frame once; later calls return net.ErrClosed.
+func (c *Conn) writeCloseFrame(code StatusCode, reason string) error {
+	var p [maxControlPayload]byte
+	n := 0
+	if code != 0 && code != StatusNoStatusReceived {
+		binary.BigEndian.PutUint16(p[:], uint16(code))
+		n = 2 + copy(p[2:], reason)
+	}
+	c.wr.mu.Lock()
+	defer c.wr.mu.Unlock()
+	if c.wr.closeSent {
+		return errClosed
+	}
+	err := c.writeLocked(OpClose, p[:n])
+	c.wr.closeSent = true
+	if err == nil {
+		err = c.flushLocked()
+	}
+	return err
+}
+
+// WriteAsync queues a message of type op to be written by a short-lived
+// worker goroutine, and calls done (if not nil) with the write's result from
+// that goroutine. p must not change until done is called. The queue holds at
+// most Options.WriteQueueSize messages; past that WriteAsync returns
+// ErrQueueFull and queues nothing.
+func (c *Conn) WriteAsync(op Opcode, p []byte, done func(error)) error {
+	if op != OpText && op != OpBinary {
+		return errBadOpcode
+	}
+	w := &c.wr
+	w.queueMu.Lock()
+	if len(w.queue) >= c.cfg.WriteQueueSize {
+		w.queueMu.Unlock()
+		return ErrQueueFull
+	}
+	w.queue = append(w.queue, asyncWrite{op: op, p: p, done: done})
+	start := !w.queueBusy
+	w.queueBusy = true
+	if start {
+		c.inflight.Add(1)
+	}
+	w.queueMu.Unlock()
+	if start {
+		go c.drainQueue()
+	}
+	return nil
+}
+
+// drainQueue writes queued messages, all of a batch in one system call, and
+// exits when the queue is empty.
+func (c *Conn) drainQueue() {
+	defer c.inflight.Done()
+	var batch []asyncWrite
+	for {
+		w := &c.wr
+		w.queueMu.Lock()
+		batch, w.queue = w.queue, batch[:0]
+		if len(batch) == 0 {
+			w.queueBusy = false
+			w.queueMu.Unlock()
+			return
+		}
+		w.queueMu.Unlock()
+
+		errs := make([]error, len(batch))
+		w.mu.Lock()
+		wasCorked := w.corked
+		w.corked = true
+		for i, a := range batch {
+			errs[i] = c.writeLocked(a.op, a.p)
+		}
+		w.corked = wasCorked
+		var ferr error
+		if !wasCorked {
+			ferr = c.flushLocked()
+		}
+		w.mu.Unlock()
+		for i, a := range batch {
+			if a.done != nil {
+				err := errs[i]
+				if err == nil {
+					err = ferr
+				}
+				a.done(err)
+			}
+			batch[i] = asyncWrite{}
+		}
+	}
+}
+
+// writeFrame writes one final frame.
+func (c *Conn) writeFrame(op Opcode, p []byte) error {
+	c.wr.mu.Lock()
+	err := c.writeLocked(op, p)
+	c.wr.mu.Unlock()
+	return err
+}
+
+// writeLocked encodes one frame: appended to the cork buffer while corked,
+// else written at once, header and payload in one system call.
+func (c *Conn) writeLocked(op Opcode, p []byte) error {
+	w := &c.wr
+	if w.err != nil {
+		return w.err
+	}
+	if w.closed || w.closeSent {
+		return errClosed
+	}
+	var key [4]byte
+	if !c.server {
+		key = w.maskSource.next()
+	}
+	hn := putHeader(w.hdr[:], op, len(p), !c.server, key)
+	total := hn + len(p)
+	limit := c.cfg.WriteBufferSize
+
+	if w.buf != nil && len(*w.buf)+total > limit {
+		if err := c.flushLocked(); err != nil {
+			return err
+		}
+	}
+	if total <= limit {
+		if w.buf == nil {
+			w.buf = bufpool.Get(limit)
+			*w.buf = (*w.buf)[:0]
+		}
+		c.appendFrame(hn, p, key)
+		if w.corked {
+			return nil
+		}
+		return c.flushLocked()
+	}
+	// A large frame: the cork buffer is empty here.
+	if c.server {
+		w.iov[0], w.iov[1] = w.hdr[:hn], p
+		bufs := net.Buffers(w.iov[:])
+		_, err := bufs.WriteTo(c.conn)
+		w.iov[0], w.iov[1] = nil, nil
+		return c.writeFailed(err)
+	}
+	return c.writeMaskedLarge(hn, p, key, limit)
+}
+
+// appendFrame appends the header in w.hdr and p, masked on the client side,
+// to the cork buffer, which has room for both.
+func (c *Conn) appendFrame(hn int, p []byte, key [4]byte) {
+	w := &c.wr
+	b := append(*w.buf, w.hdr[:hn]...)
+	n := len(b)
+	b = b[:n+len(p)]
+	if c.server {
+		copy(b[n:], p)
+	} else {
+		mask.ApplyCopy(b[n:], p, key, 0)
+	}
+	*w.buf = b
+}
+
+// writeMaskedLarge writes a frame too big for the buffer on the client side,
+// masking it piece by piece through a pooled buffer.
+func (c *Conn) writeMaskedLarge(hn int, p []byte, key [4]byte, limit int) error {
+	buf := bufpool.Get(limit)
+	defer bufpool.Put(buf)
+	b := (*buf)[:copy(*buf, c.wr.hdr[:hn])]
+	pos := 0
+	for len(p) > 0 {
+		n := min(len(p), cap(b)-len(b))
+		start := len(b)
+		b = b[:start+n]
+		pos = mask.ApplyCopy(b[start:], p[:n], key, pos)
+		p = p[n:]
+		if _, err := c.conn.Write(b); err != nil {
+			return c.writeFailed(err)
+		}
+		b = b[:0]
+	}
+	return nil
+}
+
+// flushLocked writes the cork buffer and gives it back to the pool.
+func (c *Conn) flushLocked() error {
+	w := &c.wr
+	if w.buf == nil {
+		return nil
+	}
+	var err error
+	if len(*w.buf) > 0 && w.err == nil {
+		_, err = c.conn.Write(*w.buf)
+	}
+	c.releaseWriteBuffer()
+	return c.writeFailed(err)
+}
+
+func (c *Conn) releaseWriteBuffer() {
+	if c.wr.buf != nil {
+		bufpool.Put(c.wr.buf)
+		c.wr.buf = nil
+	}
+}
+
+// writeFailed makes a write error sticky and ends the connection: a frame
+// cut in the middle leaves the stream unusable.
+func (c *Conn) writeFailed(err error) error {
+	if err == nil {
+		return nil
+	}
+	if c.wr.err == nil {
+		c.wr.err = err
+	}
+	c.abort(err)
+	return err
+}
+
+// cork makes writes append to the cork buffer; the read goroutine calls it
+// when it starts dispatching freshly read bytes.
+func (c *Conn) cork() {
+	if c.parallel != nil {
+		return
+	}
+	c.wr.mu.Lock()
+	c.wr.corked = true
+	c.wr.mu.Unlock()
+	c.rd.corked = true
+}
+
+// uncork flushes what was corked; the read goroutine calls it before each
+// blocking read.
+func (c *Conn) uncork() error {
+	if !c.rd.corked {
+		return nil
+	}
+	c.rd.corked = false
+	c.wr.mu.Lock()
+	c.wr.corked = false
+	err := c.flushLocked()
+	c.wr.mu.Unlock()
+	return err
+}
+
+// putHeader encodes a final frame header into b and returns its length.
+func putHeader(b []byte, op Opcode, n int, masked bool, key [4]byte) int {
+	b[0] = 0x80 | byte(op)
+	var hn int
+	switch {
+	case n <= 125:
+		b[1] = byte(n)
+		hn = 2
+	case n <= 0xffff:
+		b[1] = 126
+		binary.BigEndian.PutUint16(b[2:], uint16(n))
+		hn = 4
+	default:
+		b[1] = 127
+		binary.BigEndian.PutUint64(b[2:], uint64(n))
+		hn = 10
+	}
+	if masked {
+		b[1] |= 0x80
+		copy(b[hn:], key[:])
+		hn += 4
+	}
+	return hn
+}
+
+// maskSource makes client masking keys from crypto/rand, 16 keys per call,
+// so that each key is unpredictable (RFC 6455 §10.3) at little cost per
+// frame.
+type maskSource struct {
+	buf [64]byte
+	pos int
+}
+
+func (s *maskSource) next() [4]byte {
+	if s.pos == 0 || s.pos == len(s.buf) {
+		rand.Read(s.buf[:])
+		s.pos = 0
+	}
+	var k [4]byte
+	copy(k[:], s.buf[s.pos:])
+	s.pos += 4
+	return k
+}
