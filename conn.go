@@ -29,10 +29,12 @@ type Conn struct {
 	subprotocol string
 	session     Session
 
-	rd readState // owned by the read goroutine
-	wr writeState
+	rd   readState   // owned by the read goroutine
+	idle *idleReader // waits for bytes without a buffer; nil where unsupported
+	wr   writeState
 
 	started atomic.Bool
+	closing atomic.Bool // a close frame has been sent: incoming messages are dropped
 	netDone atomic.Bool // the net.Conn has been closed
 	errMu   sync.Mutex
 	err     error // the first error that ended the connection outside the read loop
@@ -49,6 +51,7 @@ func newConn(nc net.Conn, cfg *config, h Event, server bool, buffered []byte, su
 		c.rd.buf = bufpool.Get(max(cfg.ReadBufferSize, len(buffered)))
 		c.rd.w = copy(*c.rd.buf, buffered)
 	}
+	c.initIdleReader()
 	if cfg.ParallelEnabled {
 		c.parallel = make(chan struct{}, cfg.ParallelLimit)
 	}
@@ -119,7 +122,7 @@ func (c *Conn) finish(err error) {
 	c.wr.closed = true
 	c.releaseWriteBuffer()
 	c.wr.mu.Unlock()
-	c.rd.release()
+	c.rd.releaseAll()
 	c.inflight.Wait()
 	c.errMu.Lock()
 	if c.err != nil {

@@ -26,16 +26,23 @@ type readState struct {
 	closed bool // the peer's close frame has been read
 }
 
+// release gives the read buffer back; the message in progress, if any, is
+// kept.
 func (rd *readState) release() {
 	if rd.buf != nil {
 		bufpool.Put(rd.buf)
 		rd.buf = nil
 	}
+	rd.r, rd.w = 0, 0
+}
+
+// releaseAll gives every buffer back, when the connection ends.
+func (rd *readState) releaseAll() {
+	rd.release()
 	if rd.msg != nil {
 		bufpool.Put(rd.msg)
 		rd.msg = nil
 	}
-	rd.r, rd.w = 0, 0
 }
 
 // read reads from the connection into p, flushing corked writes first, so
@@ -59,6 +66,11 @@ func (c *Conn) read(p []byte) (int, error) {
 // fill reads more bytes into the read buffer, making room at its end first.
 func (c *Conn) fill() error {
 	rd := &c.rd
+	if rd.r == rd.w {
+		if ok, err := c.fillIdle(); ok {
+			return err
+		}
+	}
 	if rd.buf == nil {
 		rd.buf = bufpool.Get(max(c.cfg.ReadBufferSize, minReadBufferSize))
 	}
@@ -285,7 +297,7 @@ func (c *Conn) readData(op Opcode, fin bool, length int64, key [4]byte) error {
 	}
 	m := newMessage(rd.op, rd.msg, rd.n)
 	rd.msg, rd.op, rd.n = nil, 0, 0
-	if c.closeSentByUs() {
+	if c.closing.Load() {
 		m.Close() // the browser API drops messages that arrive while closing
 		return nil
 	}
@@ -299,13 +311,6 @@ func noEOF(err error) error {
 		return io.ErrUnexpectedEOF
 	}
 	return err
-}
-
-func (c *Conn) closeSentByUs() bool {
-	c.wr.mu.Lock()
-	sent := c.wr.closeSent
-	c.wr.mu.Unlock()
-	return sent
 }
 
 // dispatch hands a message to OnMessage, on the read goroutine or, with

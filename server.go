@@ -30,7 +30,8 @@ type Server struct {
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[*Conn]struct{}
-	wg        sync.WaitGroup // one per accepted connection, handshake included
+	pending   map[net.Conn]struct{} // accepted, handshake not done
+	wg        sync.WaitGroup        // one per accepted connection, handshake included
 }
 
 // NewServer returns a Server whose connections report to h. A nil opts
@@ -41,6 +42,7 @@ func NewServer(h Event, opts *Options) *Server {
 		cfg:       newConfig(opts),
 		listeners: make(map[net.Listener]struct{}),
 		conns:     make(map[*Conn]struct{}),
+		pending:   make(map[net.Conn]struct{}),
 	}
 }
 
@@ -131,17 +133,28 @@ func isTemporary(err error) bool {
 // serveConn reads and answers the handshake, then runs the read loop.
 func (s *Server) serveConn(nc net.Conn) {
 	defer s.wg.Done()
+	s.mu.Lock()
+	if s.closing.Load() {
+		s.mu.Unlock()
+		nc.Close()
+		return
+	}
+	s.pending[nc] = struct{}{}
+	s.mu.Unlock()
+
 	c := s.handshake(nc)
+
+	s.mu.Lock()
+	delete(s.pending, nc)
+	closing := s.closing.Load()
+	if c != nil && !closing {
+		s.conns[c] = struct{}{}
+	}
+	s.mu.Unlock()
 	if c == nil {
 		nc.Close()
 		return
 	}
-	s.mu.Lock()
-	closing := s.closing.Load()
-	if !closing {
-		s.conns[c] = struct{}{}
-	}
-	s.mu.Unlock()
 	if closing {
 		c.startClose(StatusGoingAway, "server shutting down")
 	}
@@ -243,9 +256,7 @@ func newHTTPRequest(req *handshake.Request, nc net.Conn) (*http.Request, error) 
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.closing.Store(true)
 	s.mu.Lock()
-	for ln := range s.listeners {
-		ln.Close()
-	}
+	s.closeListenersLocked()
 	conns := make([]*Conn, 0, len(s.conns))
 	for c := range s.conns {
 		conns = append(conns, c)
@@ -275,13 +286,22 @@ func (s *Server) Shutdown(ctx context.Context) error {
 func (s *Server) Close() error {
 	s.closing.Store(true)
 	s.mu.Lock()
-	for ln := range s.listeners {
-		ln.Close()
-	}
+	s.closeListenersLocked()
 	s.mu.Unlock()
 	s.closeAll()
 	s.wg.Wait()
 	return nil
+}
+
+// closeListenersLocked stops accepting and drops the handshakes in
+// progress: a Server that is shutting down takes no new connections.
+func (s *Server) closeListenersLocked() {
+	for ln := range s.listeners {
+		ln.Close()
+	}
+	for nc := range s.pending {
+		nc.Close()
+	}
 }
 
 func (s *Server) closeAll() {

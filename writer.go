@@ -114,6 +114,7 @@ func (c *Conn) writeCloseFrame(code StatusCode, reason string) error {
 	}
 	err := c.writeLocked(OpClose, p[:n])
 	c.wr.closeSent = true
+	c.closing.Store(true)
 	if err == nil {
 		err = c.flushLocked()
 	}

@@ -1,0 +1,99 @@
+//go:build unix
+
+package gust
+
+import (
+	"io"
+	"net"
+	"os"
+	"syscall"
+
+	"github.com/gustws/gust/internal/bufpool"
+)
+
+// An idle connection holds no read buffer: when every byte read has been
+// dispatched, the read goroutine waits for readability through the
+// runtime's netpoller (syscall.RawConn) and takes a buffer from the pool
+// only once bytes have arrived. Connections that are not a syscall.Conn,
+// such as TLS, keep a buffer while they wait.
+
+// idleReader is the part of a Conn that reads through a syscall.RawConn.
+type idleReader struct {
+	raw  syscall.RawConn
+	fn   func(fd uintptr) bool // idleRead bound once, so that a wait allocates nothing
+	size int
+	buf  *[]byte
+	n    int
+	err  error
+}
+
+func (c *Conn) initIdleReader() {
+	sc, ok := c.conn.(syscall.Conn)
+	if !ok {
+		return
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return
+	}
+	c.idle = &idleReader{raw: raw, size: max(c.cfg.ReadBufferSize, minReadBufferSize)}
+	c.idle.fn = c.idle.read
+}
+
+// read is called by the netpoller: it reads into a pooled buffer, or gives
+// the buffer back and asks to wait when there is nothing to read.
+func (ir *idleReader) read(fd uintptr) bool {
+	buf := bufpool.Get(ir.size)
+	for {
+		n, err := syscall.Read(int(fd), *buf)
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err == syscall.EAGAIN:
+			bufpool.Put(buf)
+			return false
+		case err != nil:
+			bufpool.Put(buf)
+			ir.n, ir.err = 0, os.NewSyscallError("read", err)
+		case n == 0:
+			bufpool.Put(buf)
+			ir.n, ir.err = 0, io.EOF
+		default:
+			ir.buf, ir.n, ir.err = buf, n, nil
+		}
+		return true
+	}
+}
+
+// fillIdle reads into a fresh buffer when the read buffer is drained. It
+// reports false when the connection cannot wait without a buffer.
+func (c *Conn) fillIdle() (bool, error) {
+	ir := c.idle
+	if ir == nil {
+		return false, nil
+	}
+	c.rd.release()
+	if err := c.uncork(); err != nil {
+		return true, err
+	}
+	if err := ir.raw.Read(ir.fn); err != nil {
+		return true, c.readError(err)
+	}
+	if err := ir.err; err != nil {
+		ir.err = nil
+		if err != io.EOF {
+			err = c.readError(err)
+		}
+		return true, err
+	}
+	c.rd.buf, c.rd.r, c.rd.w = ir.buf, 0, ir.n
+	ir.buf = nil
+	c.cork()
+	return true, nil
+}
+
+// readError wraps err as the net.Conn's own Read would.
+func (c *Conn) readError(err error) error {
+	la := c.conn.LocalAddr()
+	return &net.OpError{Op: "read", Net: la.Network(), Source: la, Addr: c.conn.RemoteAddr(), Err: err}
+}
