@@ -8,10 +8,16 @@ import (
 	"github.com/gustws/gust/benchmark/internal/load"
 )
 
+// skipUnderRace names servers whose library trips the race detector by itself (race_test.go).
+var skipUnderRace = map[string]string{}
+
 // Every server echoes text and binary messages, small and large, verified by gustload's engine.
 func TestServersEcho(t *testing.T) {
 	for _, name := range Names() {
 		t.Run(name, func(t *testing.T) {
+			if why, ok := skipUnderRace[name]; ok {
+				t.Skip(why)
+			}
 			srv, err := Start(name, "127.0.0.1:0")
 			if err != nil {
 				t.Fatal(err)

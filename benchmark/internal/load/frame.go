@@ -51,14 +51,23 @@ func maskBytes(key [4]byte, pos int, b []byte) int {
 	}
 	k32 := uint64(binary.LittleEndian.Uint32(k[:]))
 	k64 := k32 | k32<<32
-	i := 0
-	for ; i+8 <= len(b); i += 8 {
-		binary.LittleEndian.PutUint64(b[i:], binary.LittleEndian.Uint64(b[i:])^k64)
+	n := len(b)
+	for len(b) >= 32 {
+		w := (*[32]byte)(b) // one bounds check per 32 bytes
+		binary.LittleEndian.PutUint64(w[0:], binary.LittleEndian.Uint64(w[0:])^k64)
+		binary.LittleEndian.PutUint64(w[8:], binary.LittleEndian.Uint64(w[8:])^k64)
+		binary.LittleEndian.PutUint64(w[16:], binary.LittleEndian.Uint64(w[16:])^k64)
+		binary.LittleEndian.PutUint64(w[24:], binary.LittleEndian.Uint64(w[24:])^k64)
+		b = b[32:]
 	}
-	for ; i < len(b); i++ {
+	for len(b) >= 8 {
+		binary.LittleEndian.PutUint64(b, binary.LittleEndian.Uint64(b)^k64)
+		b = b[8:]
+	}
+	for i := range b {
 		b[i] ^= k[i&3]
 	}
-	return (pos + len(b)) & 3
+	return (pos + n) & 3
 }
 
 // message describes what every connection sends: a payload template whose first seqLen bytes
