@@ -173,7 +173,10 @@ func summary(w io.Writer, r *load.Result) {
 	if r.Binary {
 		kind = "binary"
 	}
-	fmt.Fprintf(w, "Target %s, %d connections (ramp %.2fs), window %d, %d-byte %s messages", r.Target, r.Conns, r.RampSeconds, r.Window, r.Payload, kind)
+	fmt.Fprintf(w, "Target %s, %d connections (ramp %.2fs)", r.Target, r.Conns, r.RampSeconds)
+	if r.Mode == "echo" {
+		fmt.Fprintf(w, ", window %d, %d-byte %s messages", r.Window, r.Payload, kind)
+	}
 	if r.Rate > 0 {
 		fmt.Fprintf(w, ", %.0f msg/s per connection", r.Rate)
 	}
