@@ -28,6 +28,7 @@ type Conn struct {
 	server      bool
 	subprotocol string
 	session     Session
+	deflate     *deflateState // nil unless permessage-deflate was negotiated
 
 	rd   readState   // owned by the read goroutine
 	idle *idleReader // waits for bytes without a buffer; nil where unsupported
@@ -121,6 +122,9 @@ func (c *Conn) finish(err error) {
 	c.wr.mu.Lock()
 	c.wr.closed = true
 	c.releaseWriteBuffer()
+	if c.deflate != nil {
+		c.deflate.release()
+	}
 	c.wr.mu.Unlock()
 	c.rd.releaseAll()
 	c.inflight.Wait()
@@ -166,6 +170,15 @@ func (c *Conn) closeNet() {
 	}
 }
 
+// newServerConn makes the Conn a server handshake settled.
+func newServerConn(nc net.Conn, cfg *config, h Event, buffered []byte, hs handshakeResult) *Conn {
+	c := newConn(nc, cfg, h, true, buffered, hs.subprotocol)
+	if hs.deflate != nil {
+		c.deflate = newDeflateState(*hs.deflate, &cfg.Compression, true)
+	}
+	return c
+}
+
 // NetConn returns the underlying connection. Reading from or writing to it
 // corrupts the WebSocket stream; it is there for deadlines, addresses and
 // TLS state.
@@ -176,6 +189,9 @@ func (c *Conn) RemoteAddr() net.Addr { return c.conn.RemoteAddr() }
 
 // LocalAddr returns the local network address.
 func (c *Conn) LocalAddr() net.Addr { return c.conn.LocalAddr() }
+
+// Compressed reports whether permessage-deflate was negotiated.
+func (c *Conn) Compressed() bool { return c.deflate != nil }
 
 // Subprotocol returns the subprotocol the handshake selected, or "".
 func (c *Conn) Subprotocol() string { return c.subprotocol }

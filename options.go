@@ -84,6 +84,9 @@ type Options struct {
 	// reads; a larger one is refused with 431. Default 16 KiB.
 	MaxHeaderBytes int
 
+	// Compression configures permessage-deflate (RFC 7692). Default: off.
+	Compression CompressionOptions
+
 	// TLSConfig is used by Server.ListenAndServeTLS. Default nil: a config
 	// with the certificate files given to ListenAndServeTLS.
 	TLSConfig *tls.Config
@@ -136,6 +139,7 @@ func newConfig(o *Options) *config {
 	if c.HandshakeTimeout <= 0 {
 		c.HandshakeTimeout = defaultHandshakeTimeout
 	}
+	c.Compression.withDefaults()
 	if c.MaxHeaderBytes <= 0 {
 		c.MaxHeaderBytes = defaultMaxHeaderBytes
 	}

@@ -18,7 +18,8 @@ type readState struct {
 	corked bool
 
 	// the data message being assembled
-	op     Opcode // 0 when no message is in progress
+	op         Opcode // 0 when no message is in progress
+	compressed bool   // the message in progress has RSV1 set
 	msg    *[]byte
 	n      int
 	utf8   utf8.Validator
@@ -117,8 +118,13 @@ func (c *Conn) readFrames() error {
 		masked := b[1]&0x80 != 0
 		length := int64(b[1] & 0x7f)
 
-		if b[0]&0x70 != 0 {
-			return protocolError(StatusProtocolError, "reserved bits set")
+		compressed := false
+		if rsv := b[0] & 0x70; rsv != 0 {
+			// RSV1 marks the first frame of a compressed message (RFC 7692 §6).
+			if rsv != 0x40 || c.deflate == nil || (op != OpText && op != OpBinary) {
+				return protocolError(StatusProtocolError, "reserved bits set")
+			}
+			compressed = true
 		}
 		if masked != c.server {
 			if c.server {
@@ -175,7 +181,7 @@ func (c *Conn) readFrames() error {
 			}
 			continue
 		}
-		if err := c.readData(op, fin, length, key); err != nil {
+		if err := c.readData(op, fin, compressed, length, key); err != nil {
 			return err
 		}
 	}
@@ -235,7 +241,7 @@ func (c *Conn) unmask(dst, src []byte, key [4]byte, pos int) int {
 
 // readData reads a data frame's payload into the message being assembled,
 // checking text as it arrives, and dispatches the message on its last frame.
-func (c *Conn) readData(op Opcode, fin bool, length int64, key [4]byte) error {
+func (c *Conn) readData(op Opcode, fin, compressed bool, length int64, key [4]byte) error {
 	rd := &c.rd
 	if op == OpContinuation {
 		if rd.op == 0 {
@@ -247,6 +253,7 @@ func (c *Conn) readData(op Opcode, fin bool, length int64, key [4]byte) error {
 		}
 		rd.op = op
 		rd.n = 0
+		rd.compressed = compressed
 		rd.utf8.Reset()
 	}
 	if max := c.cfg.MaxMessageSize; max > 0 && int64(rd.n)+length > max {
@@ -258,7 +265,7 @@ func (c *Conn) readData(op Opcode, fin bool, length int64, key [4]byte) error {
 	} else {
 		rd.msg = bufpool.Grow(rd.msg, end)
 	}
-	checkText := rd.op == OpText && !c.cfg.SkipUTF8Validation
+	checkText := rd.op == OpText && !c.cfg.SkipUTF8Validation && !rd.compressed
 
 	pos := 0
 	for rd.n < end {
@@ -292,6 +299,12 @@ func (c *Conn) readData(op Opcode, fin bool, length int64, key [4]byte) error {
 	if !fin {
 		return nil
 	}
+	if rd.compressed {
+		if err := c.inflateMessage(); err != nil {
+			return err
+		}
+		checkText = rd.op == OpText && !c.cfg.SkipUTF8Validation
+	}
 	if checkText && !rd.utf8.Complete() {
 		return protocolError(StatusInvalidFramePayloadData, "text not valid UTF-8")
 	}
@@ -302,6 +315,23 @@ func (c *Conn) readData(op Opcode, fin bool, length int64, key [4]byte) error {
 		return nil
 	}
 	c.dispatch(m)
+	return nil
+}
+
+// inflateMessage replaces the compressed message in rd.msg with its
+// inflated bytes, checking size and text as they come out.
+func (c *Conn) inflateMessage() error {
+	rd := &c.rd
+	var v *utf8.Validator
+	if rd.op == OpText && !c.cfg.SkipUTF8Validation {
+		v = &rd.utf8
+	}
+	out, n, err := c.deflate.inflate((*rd.msg)[:rd.n], c.cfg.MaxMessageSize, v)
+	if err != nil {
+		return err
+	}
+	bufpool.Put(rd.msg)
+	rd.msg, rd.n = out, n
 	return nil
 }
 

@@ -207,16 +207,16 @@ func (s *Server) handshake(nc net.Conn) *Conn {
 		nc.Write(appendErrorResponse(nil, http.StatusBadRequest, "invalid request target"))
 		return nil
 	}
-	key, proto, herr := cfg.checkRequest(r)
+	hs, herr := cfg.checkRequest(r)
 	if herr != nil {
 		nc.Write(appendErrorResponse(nil, herr.Status, herr.Reason))
 		return nil
 	}
-	if _, err := nc.Write(cfg.appendResponse(b[w:w], key, proto)); err != nil {
+	if _, err := nc.Write(cfg.appendResponse(b[w:w], hs)); err != nil {
 		return nil
 	}
 	nc.SetDeadline(time.Time{})
-	return newConn(nc, cfg, s.handler, true, b[hn:w], proto)
+	return newServerConn(nc, cfg, s.handler, b[hn:w], hs)
 }
 
 // newHTTPRequest makes the *http.Request that CheckOrigin receives.

@@ -48,7 +48,7 @@ func (e *HandshakeError) Error() string {
 // Bytes the client sent after the request and net/http already buffered are
 // kept.
 func (u *Upgrader) Upgrade(w http.ResponseWriter, r *http.Request) (*Conn, error) {
-	key, proto, herr := u.cfg.checkRequest(r)
+	hs, herr := u.cfg.checkRequest(r)
 	if herr != nil {
 		if herr.Status == http.StatusUpgradeRequired {
 			w.Header().Set("Sec-WebSocket-Version", "13")
@@ -68,21 +68,28 @@ func (u *Upgrader) Upgrade(w http.ResponseWriter, r *http.Request) (*Conn, error
 	if n := brw.Reader.Buffered(); n > 0 {
 		buffered, _ = brw.Reader.Peek(n)
 	}
-	resp := u.cfg.appendResponse(make([]byte, 0, 256), key, proto)
+	resp := u.cfg.appendResponse(make([]byte, 0, 256), hs)
 	nc.SetDeadline(time.Now().Add(u.cfg.HandshakeTimeout))
 	if _, err := nc.Write(resp); err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("gust: writing handshake response: %w", err)
 	}
 	nc.SetDeadline(time.Time{})
-	return newConn(nc, u.cfg, u.handler, true, buffered, proto), nil
+	return newServerConn(nc, u.cfg, u.handler, buffered, hs), nil
 }
 
-// checkRequest checks a handshake request (RFC 6455 §4.2.1) and returns the
-// client's key and the selected subprotocol.
-func (cfg *config) checkRequest(r *http.Request) (key, proto string, herr *HandshakeError) {
-	fail := func(status int, reason string) (string, string, *HandshakeError) {
-		return "", "", &HandshakeError{Status: status, Reason: reason}
+// handshakeResult is what a server's handshake settled.
+type handshakeResult struct {
+	key         string
+	subprotocol string
+	deflate     *deflateParams
+}
+
+// checkRequest checks a handshake request (RFC 6455 §4.2.1) and settles the
+// subprotocol and extensions.
+func (cfg *config) checkRequest(r *http.Request) (hs handshakeResult, herr *HandshakeError) {
+	fail := func(status int, reason string) (handshakeResult, *HandshakeError) {
+		return handshakeResult{}, &HandshakeError{Status: status, Reason: reason}
 	}
 	if r.Method != http.MethodGet {
 		return fail(http.StatusMethodNotAllowed, "websocket: handshake method must be GET")
@@ -99,7 +106,7 @@ func (cfg *config) checkRequest(r *http.Request) (key, proto string, herr *Hands
 	if v := r.Header.Values("Sec-WebSocket-Version"); len(v) != 1 || v[0] != "13" {
 		return fail(http.StatusUpgradeRequired, "websocket: unsupported version; this server speaks 13")
 	}
-	key = r.Header.Get("Sec-WebSocket-Key")
+	key := r.Header.Get("Sec-WebSocket-Key")
 	if len(r.Header.Values("Sec-WebSocket-Key")) != 1 || !handshake.ValidKey(key) {
 		return fail(http.StatusBadRequest, "websocket: missing or invalid Sec-WebSocket-Key")
 	}
@@ -110,7 +117,14 @@ func (cfg *config) checkRequest(r *http.Request) (key, proto string, herr *Hands
 	if !check(r) {
 		return fail(http.StatusForbidden, "websocket: origin not allowed")
 	}
-	return key, cfg.selectSubprotocol(r.Header), nil
+	hs = handshakeResult{key: key, subprotocol: cfg.selectSubprotocol(r.Header)}
+	if cfg.Compression.Enabled {
+		offers, _ := handshake.Extensions(r.Header) // a malformed header declines compression
+		if p, ok := negotiateDeflate(offers, &cfg.Compression); ok {
+			hs.deflate = &p
+		}
+	}
+	return hs, nil
 }
 
 // sameOrigin accepts requests without an Origin header and requests whose
@@ -143,13 +157,18 @@ func (cfg *config) selectSubprotocol(h http.Header) string {
 }
 
 // appendResponse appends the 101 response to b.
-func (cfg *config) appendResponse(b []byte, key, proto string) []byte {
+func (cfg *config) appendResponse(b []byte, hs handshakeResult) []byte {
 	b = append(b, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: "...)
-	b = append(b, handshake.AcceptKey(key)...)
+	b = append(b, handshake.AcceptKey(hs.key)...)
 	b = append(b, "\r\n"...)
-	if proto != "" {
+	if hs.subprotocol != "" {
 		b = append(b, "Sec-WebSocket-Protocol: "...)
-		b = append(b, proto...)
+		b = append(b, hs.subprotocol...)
+		b = append(b, "\r\n"...)
+	}
+	if hs.deflate != nil {
+		b = append(b, "Sec-WebSocket-Extensions: "...)
+		b = append(b, hs.deflate.String()...)
 		b = append(b, "\r\n"...)
 	}
 	if len(cfg.ResponseHeader) > 0 {

@@ -69,9 +69,10 @@ func forEachMode(t *testing.T, f func(t *testing.T, m serverMode)) {
 }
 
 type rawClient struct {
-	t  *testing.T
-	nc net.Conn
-	br *bufio.Reader
+	t        *testing.T
+	nc       net.Conn
+	br       *bufio.Reader
+	lastResp *http.Response
 }
 
 func handshakeRequest(addr string, extra ...string) string {
@@ -99,6 +100,7 @@ func dialRaw(t *testing.T, addr string, after []byte, headers ...string) *rawCli
 	resp, err := http.ReadResponse(c.br, nil)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusSwitchingProtocols, resp.StatusCode)
+	c.lastResp = resp
 	return c
 }
 

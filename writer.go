@@ -43,16 +43,51 @@ type asyncWrite struct {
 // WriteMessage sends p as one message of type op (OpText or OpBinary). For
 // OpText, p should be valid UTF-8; gust does not check what it sends. p may
 // be reused as soon as WriteMessage returns.
+//
+// When permessage-deflate was negotiated, messages of at least
+// CompressionOptions.Threshold bytes are compressed.
 func (c *Conn) WriteMessage(op Opcode, p []byte) error {
-	if op != OpText && op != OpBinary {
-		return errBadOpcode
-	}
-	return c.writeFrame(op, p)
+	return c.writeMessage(op, p, true)
+}
+
+// WriteUncompressed sends p as one message of type op without compressing
+// it, whatever was negotiated: for data that is already compressed.
+func (c *Conn) WriteUncompressed(op Opcode, p []byte) error {
+	return c.writeMessage(op, p, false)
 }
 
 // WriteString sends s as one text message.
 func (c *Conn) WriteString(s string) error {
-	return c.writeFrame(OpText, stringBytes(s))
+	return c.writeMessage(OpText, stringBytes(s), true)
+}
+
+func (c *Conn) writeMessage(op Opcode, p []byte, compress bool) error {
+	if op != OpText && op != OpBinary {
+		return errBadOpcode
+	}
+	c.wr.mu.Lock()
+	err := c.writeDataLocked(op, p, compress)
+	c.wr.mu.Unlock()
+	return err
+}
+
+// writeDataLocked writes a data message, compressed when permessage-deflate
+// was negotiated, compress is set and p reaches the threshold.
+func (c *Conn) writeDataLocked(op Opcode, p []byte, compress bool) error {
+	d := c.deflate
+	if !compress || d == nil || len(p) < d.threshold {
+		return c.writeLocked(op, p)
+	}
+	if err := c.writableLocked(); err != nil {
+		return err
+	}
+	buf, n, err := d.compress(p)
+	if err != nil {
+		return c.writeFailed(err)
+	}
+	err = c.writeFrameLocked(op|rsv1, (*buf)[:n])
+	bufpool.Put(buf)
+	return err
 }
 
 // WritePing sends a ping with payload p (at most 125 bytes).
@@ -170,7 +205,7 @@ func (c *Conn) drainQueue() {
 		wasCorked := w.corked
 		w.corked = true
 		for i, a := range batch {
-			errs[i] = c.writeLocked(a.op, a.p)
+			errs[i] = c.writeDataLocked(a.op, a.p, true)
 		}
 		w.corked = wasCorked
 		var ferr error
@@ -202,6 +237,14 @@ func (c *Conn) writeFrame(op Opcode, p []byte) error {
 // writeLocked encodes one frame: appended to the cork buffer while corked,
 // else written at once, header and payload in one system call.
 func (c *Conn) writeLocked(op Opcode, p []byte) error {
+	if err := c.writableLocked(); err != nil {
+		return err
+	}
+	return c.writeFrameLocked(op, p)
+}
+
+// writableLocked returns the error a write must return now, if any.
+func (c *Conn) writableLocked() error {
 	w := &c.wr
 	if w.err != nil {
 		return w.err
@@ -209,6 +252,17 @@ func (c *Conn) writeLocked(op Opcode, p []byte) error {
 	if w.closed || w.closeSent {
 		return errClosed
 	}
+	return nil
+}
+
+// rsv1 is or-ed into an opcode to set RSV1 (a compressed message) in the
+// frame header.
+const rsv1 Opcode = 0x40
+
+// writeFrameLocked encodes and writes (or corks) one final frame; op may
+// carry rsv1.
+func (c *Conn) writeFrameLocked(op Opcode, p []byte) error {
+	w := &c.wr
 	var key [4]byte
 	if !c.server {
 		key = w.maskSource.next()
@@ -342,7 +396,7 @@ func (c *Conn) uncork() error {
 
 // putHeader encodes a final frame header into b and returns its length.
 func putHeader(b []byte, op Opcode, n int, masked bool, key [4]byte) int {
-	b[0] = 0x80 | byte(op)
+	b[0] = 0x80 | byte(op) // op may carry rsv1
 	var hn int
 	switch {
 	case n <= 125:

@@ -1,6 +1,7 @@
 // Command autobahn is the echo server the Autobahn TestSuite's fuzzing
-// client tests: every message is echoed back, UTF-8 is checked, and either
-// server path can be chosen.
+// client tests: every message is echoed back, UTF-8 is checked,
+// permessage-deflate is accepted (with context takeover; -compress=false
+// turns it off), and either server path can be chosen.
 //
 //	go run ./examples/autobahn -addr 127.0.0.1:9001 -server upgrader
 //	go run ./examples/autobahn -addr 127.0.0.1:9001 -server server
@@ -32,9 +33,10 @@ func (echo) OnMessage(c *gust.Conn, m *gust.Message) {
 func main() {
 	addr := flag.String("addr", "127.0.0.1:9001", "address to listen on")
 	path := flag.String("server", "upgrader", "server path: upgrader (net/http) or server (gust's own)")
+	compress := flag.Bool("compress", true, "accept permessage-deflate, with context takeover")
 	flag.Parse()
 
-	opts := &gust.Options{}
+	opts := &gust.Options{Compression: gust.CompressionOptions{Enabled: *compress}}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		log.Fatal(err)

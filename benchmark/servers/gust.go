@@ -1,0 +1,48 @@
+package servers
+
+import (
+	"context"
+	"net"
+	"time"
+
+	"github.com/gustws/gust"
+)
+
+// gust: gust.NewServer, gust's own accept loop and handshake parser, ReadLoop in the goroutine
+// that accepted the connection; OnMessage writes back, and the write is corked with the others
+// of the same read. Compression off, as for the peers.
+
+func init() {
+	register("gust", "github.com/gustws/gust: NewServer, ReadLoop per connection, corked writes", startGust)
+}
+
+type gustEcho struct{ gust.BuiltinEventHandler }
+
+func (gustEcho) OnMessage(c *gust.Conn, m *gust.Message) {
+	c.WriteMessage(m.Opcode, m.Data) // a failed write ends the connection and reaches OnClose
+	m.Close()
+}
+
+func startGust(addr string) (Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	srv := gust.NewServer(gustEcho{}, &gust.Options{MaxMessageSize: MaxMessage})
+	go srv.Serve(ln)
+	return gustServer{srv: srv, addr: ln.Addr().String()}, nil
+}
+
+type gustServer struct {
+	srv  *gust.Server
+	addr string
+}
+
+func (s gustServer) Addr() string { return s.addr }
+
+func (s gustServer) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	s.srv.Shutdown(ctx)
+	return nil
+}

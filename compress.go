@@ -1,0 +1,397 @@
+package gust
+
+import (
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/klauspost/compress/flate"
+
+	"github.com/gustws/gust/internal/bufpool"
+	"github.com/gustws/gust/internal/handshake"
+	"github.com/gustws/gust/internal/utf8"
+)
+
+// CompressionOptions configures permessage-deflate (RFC 7692). The zero
+// value turns compression off.
+type CompressionOptions struct {
+	// Enabled offers (client) or accepts (server) permessage-deflate.
+	// Default false.
+	Enabled bool
+
+	// Level is the flate level for messages gust sends, from 1 (fastest) to
+	// 9 (smallest). Default 1. Memory: a compressor is ~300 KiB at levels
+	// 1–6 and ~1 MiB at 7–9; one is held per connection only while context
+	// takeover is in use, and pooled otherwise.
+	Level int
+
+	// Threshold is the size below which messages go out uncompressed.
+	// Default 512 bytes.
+	Threshold int
+
+	// ServerNoContextTakeover makes the server start each message it sends
+	// with an empty window, so that it holds no compressor between messages
+	// (memory) at the cost of ratio. Default false: the client may still ask
+	// for it, and then it applies.
+	ServerNoContextTakeover bool
+
+	// ClientNoContextTakeover asks the client to do the same for its
+	// messages, so that the server holds no window for reading them.
+	// Default false.
+	ClientNoContextTakeover bool
+
+	// ServerMaxWindowBits bounds the LZ77 window, as a power of two from 8 to
+	// 15, of messages the server sends. Default 15 (32 KiB).
+	ServerMaxWindowBits int
+
+	// ClientMaxWindowBits asks the client to bound the window of messages it
+	// sends, when the client allows it; the window the server keeps for
+	// reading is then 2^bits bytes. Default 15 (32 KiB).
+	ClientMaxWindowBits int
+}
+
+const (
+	defaultCompressionLevel     = flate.BestSpeed
+	defaultCompressionThreshold = 512
+	maxWindowBits               = 15
+	minWindowBits               = 8
+)
+
+func (o *CompressionOptions) withDefaults() {
+	if o.Level < flate.BestSpeed || o.Level > flate.BestCompression {
+		o.Level = defaultCompressionLevel
+	}
+	if o.Threshold <= 0 {
+		o.Threshold = defaultCompressionThreshold
+	}
+	if o.ServerMaxWindowBits < minWindowBits || o.ServerMaxWindowBits > maxWindowBits {
+		o.ServerMaxWindowBits = maxWindowBits
+	}
+	if o.ClientMaxWindowBits < minWindowBits || o.ClientMaxWindowBits > maxWindowBits {
+		o.ClientMaxWindowBits = maxWindowBits
+	}
+}
+
+// deflateParams are the negotiated permessage-deflate parameters.
+type deflateParams struct {
+	serverNoContextTakeover bool
+	clientNoContextTakeover bool
+	serverMaxWindowBits     int // 8–15
+	clientMaxWindowBits     int // 8–15
+	clientBitsInResponse    bool
+}
+
+// String renders the parameters as a Sec-WebSocket-Extensions value.
+func (p deflateParams) String() string {
+	var b strings.Builder
+	b.WriteString("permessage-deflate")
+	if p.serverNoContextTakeover {
+		b.WriteString("; server_no_context_takeover")
+	}
+	if p.clientNoContextTakeover {
+		b.WriteString("; client_no_context_takeover")
+	}
+	if p.serverMaxWindowBits < maxWindowBits {
+		b.WriteString("; server_max_window_bits=")
+		b.WriteString(strconv.Itoa(p.serverMaxWindowBits))
+	}
+	if p.clientBitsInResponse {
+		b.WriteString("; client_max_window_bits=")
+		b.WriteString(strconv.Itoa(p.clientMaxWindowBits))
+	}
+	return b.String()
+}
+
+// parseWindowBits reads a window-bits value: a decimal 8–15 without a
+// leading zero (RFC 7692 §7.1.2).
+func parseWindowBits(v string) (int, bool) {
+	if len(v) == 0 || len(v) > 2 || v[0] == '0' {
+		return 0, false
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < minWindowBits || n > maxWindowBits {
+		return 0, false
+	}
+	return n, true
+}
+
+// negotiateDeflate picks the first permessage-deflate offer the server can
+// accept (RFC 7692 §5, §7.1). An offer with an unknown or repeated
+// parameter, or an invalid value, is declined; a malformed header declines
+// compression altogether, without failing the handshake.
+func negotiateDeflate(offers []handshake.Extension, o *CompressionOptions) (deflateParams, bool) {
+	for _, ext := range offers {
+		if !strings.EqualFold(ext.Name, "permessage-deflate") {
+			continue
+		}
+		p := deflateParams{serverMaxWindowBits: maxWindowBits, clientMaxWindowBits: maxWindowBits}
+		clientBitsOffered := false
+		ok := true
+		seen := map[string]bool{}
+		for _, param := range ext.Params {
+			name := strings.ToLower(param.Name)
+			if seen[name] {
+				ok = false
+				break
+			}
+			seen[name] = true
+			switch name {
+			case "server_no_context_takeover":
+				ok = !param.HasValue
+				p.serverNoContextTakeover = true
+			case "client_no_context_takeover":
+				ok = !param.HasValue
+				p.clientNoContextTakeover = true
+			case "server_max_window_bits":
+				p.serverMaxWindowBits, ok = parseWindowBits(param.Value)
+			case "client_max_window_bits":
+				clientBitsOffered = true
+				if param.HasValue {
+					p.clientMaxWindowBits, ok = parseWindowBits(param.Value)
+				}
+			default:
+				ok = false
+			}
+			if !ok {
+				break
+			}
+		}
+		if !ok {
+			continue
+		}
+		p.serverNoContextTakeover = p.serverNoContextTakeover || o.ServerNoContextTakeover
+		p.clientNoContextTakeover = p.clientNoContextTakeover || o.ClientNoContextTakeover
+		p.serverMaxWindowBits = min(p.serverMaxWindowBits, o.ServerMaxWindowBits)
+		if clientBitsOffered {
+			p.clientMaxWindowBits = min(p.clientMaxWindowBits, o.ClientMaxWindowBits)
+			p.clientBitsInResponse = p.clientMaxWindowBits < maxWindowBits
+		}
+		return p, true
+	}
+	return deflateParams{}, false
+}
+
+// deflateState is a connection's permessage-deflate state: the write side
+// (guarded by the Conn's write lock) and the read side (owned by the read
+// goroutine).
+type deflateState struct {
+	level     int
+	threshold int
+
+	// write side
+	writeBits   int
+	writeNoCtx  bool
+	fw          *flate.Writer // held between messages only with context takeover
+	writeSink   sink
+	readBits    int
+	readNoCtx   bool
+	readDict    []byte // the last window of inflated bytes, with context takeover
+	readSrc     tailReader
+}
+
+func newDeflateState(p deflateParams, o *CompressionOptions, server bool) *deflateState {
+	d := &deflateState{level: o.Level, threshold: o.Threshold}
+	if server {
+		d.writeBits, d.writeNoCtx = p.serverMaxWindowBits, p.serverNoContextTakeover
+		d.readBits, d.readNoCtx = p.clientMaxWindowBits, p.clientNoContextTakeover
+	} else {
+		d.writeBits, d.writeNoCtx = p.clientMaxWindowBits, p.clientNoContextTakeover
+		d.readBits, d.readNoCtx = p.serverMaxWindowBits, p.serverNoContextTakeover
+	}
+	return d
+}
+
+// Pools of compressors, by level (1–9) and by window bits (8–14, levels
+// ignored: flate's custom-window encoder has one).
+var (
+	writerPools [flate.BestCompression + 1]sync.Pool
+	windowPools [maxWindowBits]sync.Pool
+	readerPool  sync.Pool
+)
+
+func (d *deflateState) getWriter(w io.Writer) *flate.Writer {
+	pool := &writerPools[d.level]
+	if d.writeBits < maxWindowBits {
+		pool = &windowPools[d.writeBits]
+	}
+	if fw, ok := pool.Get().(*flate.Writer); ok {
+		fw.Reset(w)
+		return fw
+	}
+	var fw *flate.Writer
+	if d.writeBits < maxWindowBits {
+		fw, _ = flate.NewWriterWindow(w, 1<<d.writeBits) // 256 B to 16 KiB: always valid
+	} else {
+		fw, _ = flate.NewWriter(w, d.level) // level checked by withDefaults
+	}
+	return fw
+}
+
+func (d *deflateState) putWriter(fw *flate.Writer) {
+	fw.Reset(nil)
+	if d.writeBits < maxWindowBits {
+		windowPools[d.writeBits].Put(fw)
+	} else {
+		writerPools[d.level].Put(fw)
+	}
+}
+
+// sink collects compressed bytes into a pooled buffer.
+type sink struct {
+	buf *[]byte
+	n   int
+}
+
+func (s *sink) Write(p []byte) (int, error) {
+	if s.buf == nil {
+		s.buf = bufpool.Get(max(s.n+len(p), 512))
+	} else {
+		s.buf = bufpool.Grow(s.buf, s.n+len(p))
+	}
+	copy((*s.buf)[s.n:], p)
+	s.n += len(p)
+	return len(p), nil
+}
+
+// compress deflates p into a pooled buffer, without the 4-byte sync tail
+// (RFC 7692 §7.2.1). The caller holds the write lock and puts the buffer
+// back.
+func (d *deflateState) compress(p []byte) (*[]byte, int, error) {
+	d.writeSink = sink{}
+	fw := d.fw
+	if fw == nil {
+		fw = d.getWriter(&d.writeSink)
+	}
+	_, err := fw.Write(p)
+	if err == nil {
+		err = fw.Flush()
+	}
+	if d.writeNoCtx || err != nil {
+		d.putWriter(fw)
+		d.fw = nil
+	} else {
+		d.fw = fw
+	}
+	buf, n := d.writeSink.buf, d.writeSink.n
+	d.writeSink = sink{}
+	if err != nil {
+		bufpool.Put(buf)
+		return nil, 0, err
+	}
+	if n >= 4 {
+		n -= 4 // drop 00 00 ff ff
+	}
+	return buf, n, nil
+}
+
+// release gives the compressor back, when the connection ends.
+func (d *deflateState) release() {
+	if d.fw != nil {
+		d.putWriter(d.fw)
+		d.fw = nil
+	}
+}
+
+// deflateTail ends a message's deflate data: the sync marker the sender
+// removed, then an empty final stored block, so that the inflater reports
+// io.EOF rather than asking for more.
+var deflateTail = []byte{0x00, 0x00, 0xff, 0xff, 0x01, 0x00, 0x00, 0xff, 0xff}
+
+// tailReader reads a message's compressed bytes and then deflateTail. It
+// is an io.ByteReader, so flate reads from it without a bufio.Reader.
+type tailReader struct {
+	p, tail []byte
+}
+
+func (r *tailReader) Read(b []byte) (int, error) {
+	if len(r.p) == 0 {
+		r.p, r.tail = r.tail, nil
+		if len(r.p) == 0 {
+			return 0, io.EOF
+		}
+	}
+	n := copy(b, r.p)
+	r.p = r.p[n:]
+	return n, nil
+}
+
+func (r *tailReader) ReadByte() (byte, error) {
+	if len(r.p) == 0 {
+		r.p, r.tail = r.tail, nil
+		if len(r.p) == 0 {
+			return 0, io.EOF
+		}
+	}
+	c := r.p[0]
+	r.p = r.p[1:]
+	return c, nil
+}
+
+// inflate decompresses one message into a pooled buffer. It stops as soon
+// as the output passes limit (a negative limit means none), so that a small
+// frame that would inflate to gigabytes costs at most limit bytes; it
+// checks text as it goes unless validate is nil.
+func (d *deflateState) inflate(src []byte, limit int64, validate *utf8.Validator) (*[]byte, int, error) {
+	d.readSrc = tailReader{p: src, tail: deflateTail}
+	fr, _ := readerPool.Get().(io.ReadCloser)
+	if fr == nil {
+		fr = flate.NewReader(nil)
+	}
+	var dict []byte
+	if !d.readNoCtx {
+		dict = d.readDict
+	}
+	if err := fr.(flate.Resetter).Reset(&d.readSrc, dict); err != nil {
+		readerPool.Put(fr)
+		return nil, 0, err
+	}
+	defer readerPool.Put(fr)
+
+	out := bufpool.Get(min(max(4*len(src), 512), 1<<20))
+	n := 0
+	for {
+		if n == len(*out) {
+			out = bufpool.Grow(out, 2*n)
+		}
+		want := len(*out)
+		if limit >= 0 && int64(want) > limit+1 {
+			want = int(limit + 1)
+		}
+		k, err := fr.Read((*out)[n:want])
+		if validate != nil && k > 0 && !validate.Feed((*out)[n:n+k]) {
+			bufpool.Put(out)
+			return nil, 0, protocolError(StatusInvalidFramePayloadData, "text not valid UTF-8")
+		}
+		n += k
+		if limit >= 0 && int64(n) > limit {
+			bufpool.Put(out)
+			return nil, 0, protocolError(StatusMessageTooBig, "message over the size limit once inflated")
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			bufpool.Put(out)
+			return nil, 0, protocolError(StatusInvalidFramePayloadData, "invalid deflate data")
+		}
+	}
+	d.rememberWindow((*out)[:n])
+	return out, n, nil
+}
+
+// rememberWindow keeps the last 2^readBits inflated bytes, which the peer's
+// next message may refer back to when it keeps its context.
+func (d *deflateState) rememberWindow(p []byte) {
+	if d.readNoCtx {
+		return
+	}
+	win := 1 << d.readBits
+	if len(p) >= win {
+		d.readDict = append(d.readDict[:0], p[len(p)-win:]...)
+		return
+	}
+	keep := min(len(d.readDict), win-len(p))
+	d.readDict = append(d.readDict[:0], d.readDict[len(d.readDict)-keep:]...)
+	d.readDict = append(d.readDict, p...)
+}

@@ -1,0 +1,228 @@
+package gust
+
+import (
+	"bytes"
+	"compress/flate"
+	"io"
+	"net/http"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gustws/gust/internal/handshake"
+)
+
+func TestNegotiateDeflate(t *testing.T) {
+	tests := []struct {
+		offer string
+		opts  CompressionOptions
+		want  string // "" when declined
+	}{
+		{"permessage-deflate", CompressionOptions{}, "permessage-deflate"},
+		{"permessage-deflate; client_max_window_bits", CompressionOptions{}, "permessage-deflate"},
+		{"permessage-deflate; client_max_window_bits", CompressionOptions{ClientMaxWindowBits: 10}, "permessage-deflate; client_max_window_bits=10"},
+		{"permessage-deflate; client_max_window_bits=9", CompressionOptions{}, "permessage-deflate; client_max_window_bits=9"},
+		{"permessage-deflate; server_max_window_bits=8", CompressionOptions{}, "permessage-deflate; server_max_window_bits=8"},
+		{"permessage-deflate", CompressionOptions{ServerMaxWindowBits: 12}, "permessage-deflate; server_max_window_bits=12"},
+		{"permessage-deflate; server_no_context_takeover; client_no_context_takeover", CompressionOptions{},
+			"permessage-deflate; server_no_context_takeover; client_no_context_takeover"},
+		{"permessage-deflate", CompressionOptions{ServerNoContextTakeover: true, ClientNoContextTakeover: true},
+			"permessage-deflate; server_no_context_takeover; client_no_context_takeover"},
+		// Declined offers: the next acceptable one wins.
+		{"permessage-deflate; server_max_window_bits=7, permessage-deflate", CompressionOptions{}, "permessage-deflate"},
+		{"permessage-deflate; server_max_window_bits", CompressionOptions{}, ""},
+		{"permessage-deflate; server_max_window_bits=16", CompressionOptions{}, ""},
+		{"permessage-deflate; server_max_window_bits=010", CompressionOptions{}, ""},
+		{"permessage-deflate; client_max_window_bits=x", CompressionOptions{}, ""},
+		{"permessage-deflate; server_no_context_takeover=1", CompressionOptions{}, ""},
+		{"permessage-deflate; unknown=1", CompressionOptions{}, ""},
+		{"permessage-deflate; server_no_context_takeover; server_no_context_takeover", CompressionOptions{}, ""},
+		{"x-webkit-deflate-frame", CompressionOptions{}, ""},
+		{`permessage-deflate; client_max_window_bits="10"`, CompressionOptions{}, "permessage-deflate; client_max_window_bits=10"},
+	}
+	for _, tt := range tests {
+		offers, err := handshake.Extensions(http.Header{"Sec-Websocket-Extensions": {tt.offer}})
+		require.NoError(t, err, tt.offer)
+		tt.opts.Enabled = true
+		tt.opts.withDefaults()
+		p, ok := negotiateDeflate(offers, &tt.opts)
+		if tt.want == "" {
+			require.False(t, ok, tt.offer)
+			continue
+		}
+		require.True(t, ok, tt.offer)
+		require.Equal(t, tt.want, p.String(), tt.offer)
+	}
+}
+
+// deflateClient compresses like a browser: one stdlib flate.Writer kept
+// across messages (context takeover), sync-flushed, tail removed.
+type deflateClient struct {
+	buf bytes.Buffer
+	fw  *flate.Writer
+	fr  io.ReadCloser
+	in  bytes.Buffer
+}
+
+func newDeflateClient() *deflateClient {
+	d := &deflateClient{}
+	d.fw, _ = flate.NewWriter(&d.buf, flate.BestSpeed)
+	d.fr = flate.NewReader(&d.in)
+	return d
+}
+
+func (d *deflateClient) compress(p []byte) []byte {
+	d.buf.Reset()
+	d.fw.Write(p)
+	d.fw.Flush()
+	b := bytes.Clone(d.buf.Bytes())
+	return b[:len(b)-4]
+}
+
+// decompress inflates a server message, keeping context across calls.
+func (d *deflateClient) decompress(t *testing.T, p []byte) []byte {
+	d.in.Write(p)
+	d.in.Write([]byte{0, 0, 0xff, 0xff})
+	var out bytes.Buffer
+	buf := make([]byte, 4096)
+	for d.in.Len() > 0 {
+		n, err := d.fr.Read(buf)
+		out.Write(buf[:n])
+		if err != nil && err != io.EOF {
+			require.ErrorIs(t, err, io.ErrUnexpectedEOF)
+			break
+		}
+	}
+	return out.Bytes()
+}
+
+func TestCompressedEcho(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m serverMode) {
+		for _, offer := range []string{"permessage-deflate", "permessage-deflate; server_no_context_takeover; client_no_context_takeover",
+			"permessage-deflate; server_max_window_bits=9"} {
+			t.Run(offer, func(t *testing.T) {
+				h := newEcho()
+				addr := m.start(t, h, &Options{Compression: CompressionOptions{Enabled: true}})
+				nc := dialRawResp(t, addr, "Sec-WebSocket-Extensions: "+offer)
+				require.Contains(t, nc.resp.Header.Get("Sec-WebSocket-Extensions"), "permessage-deflate")
+				dc := newDeflateClient()
+				sc := newDeflateClient()
+				msgs := []string{
+					strings.Repeat(`{"user":"ann","text":"hello there"}`, 60), // compressed both ways
+					"short",                    // under the threshold: sent plain
+					strings.Repeat("wörld ", 500), // reuses the window
+				}
+				for _, msg := range msgs {
+					z := dc.compress([]byte(msg))
+					nc.send(frame(0xC1, z)) // FIN, RSV1, text
+					b0, p, err := nc.readFrame()
+					require.NoError(t, err)
+					if len(msg) >= defaultCompressionThreshold {
+						require.Equal(t, byte(0xC1), b0, "RSV1 set on a compressed message")
+						require.Equal(t, msg, string(sc.decompress(t, p)))
+					} else {
+						require.Equal(t, byte(0x81), b0)
+						require.Equal(t, msg, string(p))
+					}
+				}
+				// A compressed message in fragments: RSV1 on the first frame only.
+				z := dc.compress([]byte(msgs[0]))
+				nc.send(frame(0x41, z[:10]), frame(0x00, z[10:20]), frame(0x80, z[20:]))
+				b0, p, err := nc.readFrame()
+				require.NoError(t, err)
+				require.Equal(t, byte(0xC1), b0)
+				require.Equal(t, msgs[0], string(sc.decompress(t, p)))
+				// RSV1 on a continuation frame is a protocol error.
+				nc.send(frame(0x41, z[:10]), frame(0xC0, z[10:]))
+				nc.expectClose(StatusProtocolError)
+			})
+		}
+	})
+}
+
+func TestRSV1WithoutNegotiationIsAnError(t *testing.T) {
+	h := newEcho()
+	c := dialRaw(t, startServer(t, h, &Options{Compression: CompressionOptions{Enabled: true}}), nil)
+	c.send(frame(0xC1, []byte{0x01, 0x02}))
+	c.expectClose(StatusProtocolError)
+}
+
+func TestInflateBombClosesWith1009(t *testing.T) {
+	// 64 MiB of zeros deflate to about 64 KiB; the limit is 1 MiB.
+	var z bytes.Buffer
+	fw, _ := flate.NewWriter(&z, flate.BestCompression)
+	zeros := make([]byte, 1<<20)
+	for i := 0; i < 64; i++ {
+		fw.Write(zeros)
+	}
+	fw.Flush()
+	bomb := z.Bytes()[:z.Len()-4]
+	require.Less(t, len(bomb), 1<<17)
+
+	forEachMode(t, func(t *testing.T, m serverMode) {
+		h := newEcho()
+		addr := m.start(t, h, &Options{MaxMessageSize: 1 << 20, Compression: CompressionOptions{Enabled: true}})
+		nc := dialRawResp(t, addr, "Sec-WebSocket-Extensions: permessage-deflate")
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		nc.send(frame(0xC2, bomb))
+		nc.expectClose(StatusMessageTooBig)
+		var pe *ProtocolError
+		require.ErrorAs(t, h.waitClose(t), &pe)
+		require.Equal(t, StatusMessageTooBig, pe.Code)
+		runtime.ReadMemStats(&after)
+		allocated := after.TotalAlloc - before.TotalAlloc
+		t.Logf("bytes allocated while refusing a 64 MiB bomb: %d", allocated)
+		require.Less(t, allocated, uint64(8<<20), "inflating stops at the limit, not at 64 MiB")
+	})
+}
+
+func TestInvalidDeflateDataCloses(t *testing.T) {
+	h := newEcho()
+	nc := dialRawResp(t, startServer(t, h, &Options{Compression: CompressionOptions{Enabled: true}}),
+		"Sec-WebSocket-Extensions: permessage-deflate")
+	nc.send(frame(0xC2, []byte{0xff, 0xff, 0xff, 0xff}))
+	nc.expectClose(StatusInvalidFramePayloadData)
+}
+
+func TestCompressedInvalidUTF8(t *testing.T) {
+	h := newEcho()
+	nc := dialRawResp(t, startServer(t, h, &Options{Compression: CompressionOptions{Enabled: true}}),
+		"Sec-WebSocket-Extensions: permessage-deflate")
+	dc := newDeflateClient()
+	nc.send(frame(0xC1, dc.compress([]byte("ok \xed\xa0\x80 no"))))
+	nc.expectClose(StatusInvalidFramePayloadData)
+}
+
+func TestWriteUncompressed(t *testing.T) {
+	h := newFuncHandler()
+	big := bytes.Repeat([]byte("z"), 4096)
+	h.open = func(c *Conn) {
+		require.True(t, c.Compressed())
+		c.WriteUncompressed(OpBinary, big)
+		c.WriteAsync(OpBinary, big, nil)
+	}
+	nc := dialRawResp(t, startServer(t, h, &Options{Compression: CompressionOptions{Enabled: true}}),
+		"Sec-WebSocket-Extensions: permessage-deflate")
+	nc.expectMessage(OpBinary, big)
+	b0, p, err := nc.readFrame()
+	require.NoError(t, err)
+	require.Equal(t, byte(0xC2), b0)
+	require.Equal(t, big, newDeflateClient().decompress(t, p))
+}
+
+type rawClientResp struct {
+	*rawClient
+	resp *http.Response
+}
+
+// dialRawResp is dialRaw that also returns the handshake response.
+func dialRawResp(t *testing.T, addr string, headers ...string) rawClientResp {
+	t.Helper()
+	c := dialRaw(t, addr, nil, headers...)
+	return rawClientResp{rawClient: c, resp: c.lastResp}
+}
+
