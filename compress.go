@@ -180,14 +180,14 @@ type deflateState struct {
 	threshold int
 
 	// write side
-	writeBits   int
-	writeNoCtx  bool
-	fw          *flate.Writer // held between messages only with context takeover
-	writeSink   sink
-	readBits    int
-	readNoCtx   bool
-	readDict    []byte // the last window of inflated bytes, with context takeover
-	readSrc     tailReader
+	writeBits  int
+	writeNoCtx bool
+	fw         *flate.Writer // held between messages only with context takeover
+	writeSink  sink
+	readBits   int
+	readNoCtx  bool
+	readDict   []byte // the last window of inflated bytes, with context takeover
+	readSrc    tailReader
 }
 
 func newDeflateState(p deflateParams, o *CompressionOptions, server bool) *deflateState {

@@ -111,7 +111,7 @@ func TestCompressedEcho(t *testing.T) {
 				sc := newDeflateClient()
 				msgs := []string{
 					strings.Repeat(`{"user":"ann","text":"hello there"}`, 60), // compressed both ways
-					"short",                    // under the threshold: sent plain
+					"short",                       // under the threshold: sent plain
 					strings.Repeat("wörld ", 500), // reuses the window
 				}
 				for _, msg := range msgs {
@@ -225,4 +225,3 @@ func dialRawResp(t *testing.T, addr string, headers ...string) rawClientResp {
 	c := dialRaw(t, addr, nil, headers...)
 	return rawClientResp{rawClient: c, resp: c.lastResp}
 }
-

@@ -20,11 +20,11 @@ type readState struct {
 	// the data message being assembled
 	op         Opcode // 0 when no message is in progress
 	compressed bool   // the message in progress has RSV1 set
-	msg    *[]byte
-	n      int
-	utf8   utf8.Validator
-	ctrl   [maxControlPayload]byte
-	closed bool // the peer's close frame has been read
+	msg        *[]byte
+	n          int
+	utf8       utf8.Validator
+	ctrl       [maxControlPayload]byte
+	closed     bool // the peer's close frame has been read
 }
 
 // release gives the read buffer back; the message in progress, if any, is

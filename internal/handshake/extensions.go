@@ -139,4 +139,3 @@ func (p *extParser) quoted() (string, bool) {
 	}
 	return "", false
 }
-
