@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/klauspost/compress/flate"
 
@@ -179,15 +180,21 @@ type deflateState struct {
 	level     int
 	threshold int
 
-	// write side
-	writeBits  int
-	writeNoCtx bool
-	fw         *flate.Writer // held between messages only with context takeover
-	writeSink  sink
-	readBits   int
-	readNoCtx  bool
-	readDict   []byte // the last window of inflated bytes, with context takeover
-	readSrc    tailReader
+	// write side, guarded by the Conn's write lock
+	writeBits    int
+	writeNoCtx   bool
+	fw           *flate.Writer // held between messages only with context takeover, while busy
+	writeSink    sink
+	sent         []byte      // the last window of bytes sent, with context takeover
+	idleTimer    *time.Timer // gives fw back once the connection stops sending
+	timerArmed   bool
+	usedRecently bool
+
+	// read side, owned by the read goroutine
+	readBits  int
+	readNoCtx bool
+	readDict  []byte // the last window of inflated bytes, with context takeover
+	readSrc   tailReader
 }
 
 func newDeflateState(p deflateParams, o *CompressionOptions, server bool) *deflateState {
@@ -229,7 +236,7 @@ func (d *deflateState) getWriter(w io.Writer) *flate.Writer {
 }
 
 func (d *deflateState) putWriter(fw *flate.Writer) {
-	fw.Reset(nil)
+	fw.ResetDict(nil, nil) // forget the dictionary: the next user has its own
 	if d.writeBits < maxWindowBits {
 		windowPools[d.writeBits].Put(fw)
 	} else {
@@ -262,6 +269,9 @@ func (d *deflateState) compress(p []byte) (*[]byte, int, error) {
 	fw := d.fw
 	if fw == nil {
 		fw = d.getWriter(&d.writeSink)
+		if !d.writeNoCtx && len(d.sent) > 0 {
+			fw.ResetDict(&d.writeSink, d.sentWindow()) // resume after an idle release
+		}
 	}
 	_, err := fw.Write(p)
 	if err == nil {
@@ -272,6 +282,8 @@ func (d *deflateState) compress(p []byte) (*[]byte, int, error) {
 		d.fw = nil
 	} else {
 		d.fw = fw
+		d.sent = slideWindow(d.sent, p, 1<<d.writeBits)
+		d.usedRecently = true
 	}
 	buf, n := d.writeSink.buf, d.writeSink.n
 	d.writeSink = sink{}
@@ -285,12 +297,83 @@ func (d *deflateState) compress(p []byte) (*[]byte, int, error) {
 	return buf, n, nil
 }
 
-// release gives the compressor back, when the connection ends.
+// sentWindow is the dictionary that resumes compression with context
+// takeover: the last 2^writeBits bytes sent.
+func (d *deflateState) sentWindow() []byte {
+	return d.sent[max(0, len(d.sent)-1<<d.writeBits):]
+}
+
+// deflateIdleRelease is how long a connection keeps its compressor after
+// its last compressed message, with context takeover. Then only the window
+// of bytes sent stays, and the compressor goes back to the pool: idle
+// connections hold kilobytes, not the hundreds of kilobytes of a
+// compressor.
+const deflateIdleRelease = time.Second
+
+// armIdleRelease schedules the release of a held compressor; the caller
+// holds the write lock.
+func (c *Conn) armIdleRelease() {
+	d := c.deflate
+	if d.fw == nil || d.timerArmed {
+		return
+	}
+	d.timerArmed = true
+	if d.idleTimer == nil {
+		d.idleTimer = time.AfterFunc(deflateIdleRelease, c.releaseIdleCompressor)
+	} else {
+		d.idleTimer.Reset(deflateIdleRelease)
+	}
+}
+
+// releaseIdleCompressor runs on a timer: it gives the compressor back when
+// nothing was compressed since the last check, and looks again later
+// otherwise.
+func (c *Conn) releaseIdleCompressor() {
+	c.wr.mu.Lock()
+	defer c.wr.mu.Unlock()
+	d := c.deflate
+	if d.fw == nil || c.wr.closed {
+		d.timerArmed = false
+		return
+	}
+	if d.usedRecently {
+		d.usedRecently = false
+		d.idleTimer.Reset(deflateIdleRelease)
+		return
+	}
+	d.putWriter(d.fw)
+	d.fw = nil
+	d.timerArmed = false
+	d.sent = append([]byte(nil), d.sentWindow()...) // drop the slack
+}
+
+// release gives the compressor back, when the connection ends; the caller
+// holds the write lock.
 func (d *deflateState) release() {
+	if d.idleTimer != nil {
+		d.idleTimer.Stop()
+	}
 	if d.fw != nil {
 		d.putWriter(d.fw)
 		d.fw = nil
 	}
+}
+
+// slideWindow appends p to buf and keeps at least the last size bytes,
+// with up to size bytes of slack so that sliding is rare.
+func slideWindow(buf, p []byte, size int) []byte {
+	if len(p) >= size {
+		if cap(buf) < size {
+			buf = make([]byte, 0, size)
+		}
+		return append(buf[:0], p[len(p)-size:]...)
+	}
+	if len(buf)+len(p) > 2*size {
+		keep := min(len(buf), size-len(p))
+		n := copy(buf, buf[len(buf)-keep:])
+		buf = buf[:n]
+	}
+	return append(buf, p...)
 }
 
 // deflateTail ends a message's deflate data: the sync marker the sender
@@ -340,7 +423,7 @@ func (d *deflateState) inflate(src []byte, limit int64, validate *utf8.Validator
 	}
 	var dict []byte
 	if !d.readNoCtx {
-		dict = d.readDict
+		dict = d.readDict[max(0, len(d.readDict)-1<<d.readBits):]
 	}
 	if err := fr.(flate.Resetter).Reset(&d.readSrc, dict); err != nil {
 		readerPool.Put(fr)
@@ -383,15 +466,7 @@ func (d *deflateState) inflate(src []byte, limit int64, validate *utf8.Validator
 // rememberWindow keeps the last 2^readBits inflated bytes, which the peer's
 // next message may refer back to when it keeps its context.
 func (d *deflateState) rememberWindow(p []byte) {
-	if d.readNoCtx {
-		return
+	if !d.readNoCtx {
+		d.readDict = slideWindow(d.readDict, p, 1<<d.readBits)
 	}
-	win := 1 << d.readBits
-	if len(p) >= win {
-		d.readDict = append(d.readDict[:0], p[len(p)-win:]...)
-		return
-	}
-	keep := min(len(d.readDict), win-len(p))
-	d.readDict = append(d.readDict[:0], d.readDict[len(d.readDict)-keep:]...)
-	d.readDict = append(d.readDict, p...)
 }

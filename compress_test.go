@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/flate"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"runtime"
 	"strings"
@@ -224,4 +225,55 @@ func dialRawResp(t *testing.T, addr string, headers ...string) rawClientResp {
 	t.Helper()
 	c := dialRaw(t, addr, nil, headers...)
 	return rawClientResp{rawClient: c, resp: c.lastResp}
+}
+
+// TestIdleCompressorReleaseKeepsContext checks that a connection that gave
+// its compressor back resumes with the same context: the peer's inflater,
+// which kept its window, still decodes what follows.
+func TestIdleCompressorReleaseKeepsContext(t *testing.T) {
+	var sb strings.Builder
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 1000; i++ {
+		sb.WriteByte(byte('a' + rng.IntN(26)))
+	}
+	msg := sb.String() // compresses poorly on its own, to nothing against itself
+	h := newFuncHandler()
+	released := make(chan bool, 1)
+	h.open = func(c *Conn) {
+		require.NoError(t, c.WriteString(msg))
+		c.releaseIdleCompressor() // clears "used recently"
+		c.releaseIdleCompressor() // gives the compressor back
+		c.wr.mu.Lock()
+		released <- c.deflate.fw == nil && len(c.deflate.sent) == len(msg)
+		c.wr.mu.Unlock()
+		require.NoError(t, c.WriteString(msg))
+	}
+	nc := dialRawResp(t, startServer(t, h, &Options{Compression: CompressionOptions{Enabled: true}}),
+		"Sec-WebSocket-Extensions: permessage-deflate")
+	require.True(t, <-released)
+	sc := newDeflateClient()
+	var sizes []int
+	for i := 0; i < 2; i++ {
+		b0, p, err := nc.readFrame()
+		require.NoError(t, err)
+		require.Equal(t, byte(0xC1), b0)
+		require.Equal(t, msg, string(sc.decompress(t, p)))
+		sizes = append(sizes, len(p))
+	}
+	require.Less(t, sizes[1], sizes[0]/4, "the second message refers back to the first")
+}
+
+func TestSlideWindow(t *testing.T) {
+	var w []byte
+	var all []byte
+	for i := 0; i < 200; i++ {
+		p := bytes.Repeat([]byte{byte(i)}, i%37)
+		all = append(all, p...)
+		w = slideWindow(w, p, 64)
+		n := min(len(all), 64)
+		require.Equal(t, all[len(all)-n:], w[len(w)-n:])
+		require.LessOrEqual(t, len(w), 128)
+	}
+	w = slideWindow(w, bytes.Repeat([]byte{7}, 100), 64)
+	require.Equal(t, bytes.Repeat([]byte{7}, 64), w)
 }

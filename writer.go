@@ -85,6 +85,7 @@ func (c *Conn) writeDataLocked(op Opcode, p []byte, compress bool) error {
 	if err != nil {
 		return c.writeFailed(err)
 	}
+	c.armIdleRelease()
 	err = c.writeFrameLocked(op|rsv1, (*buf)[:n])
 	bufpool.Put(buf)
 	return err
