@@ -1,0 +1,231 @@
+//go:build linux
+
+package gust
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestAbruptDisconnectsLeaveNothingBehind opens 1,000 connections, leaves
+// each in the middle of a 64 KiB message, kills them all without a close
+// frame (half with a TCP reset, half with a FIN), and checks that gust
+// gives back everything it held for them: OnClose once per connection, and
+// the goroutines, file descriptors and heap of the process back where they
+// were.
+func TestAbruptDisconnectsLeaveNothingBehind(t *testing.T) {
+	if testing.Short() {
+		t.Skip("opens 2,000 connections")
+	}
+	const (
+		conns     = 1000
+		announced = 64 << 10 // the payload length the data frame's header announces
+		sent      = 1 << 10  // the payload bytes actually sent
+	)
+	raiseFileLimit(t, 2*conns+512)
+
+	forEachMode(t, func(t *testing.T, m serverMode) {
+		h := &leakHandler{}
+		addr := m.start(t, h, nil)
+
+		runtime.GC() // with heapInuse's, empties sync.Pool's victim cache of earlier tests' buffers
+		baseGoroutines := runtime.NumGoroutine()
+		baseFDs := countFDs(t)
+		baseHeap := heapInuse()
+
+		// Each client sends, in one write after its handshake, a ping and
+		// the start of a binary frame that announces 64 KiB; the pong tells
+		// it that the server has read both.
+		head := binary.BigEndian.AppendUint64([]byte{0x82, 0x80 | 127}, announced)
+		head = append(head, 1, 2, 3, 4) // masking key
+		start := append(frame(0x89, []byte("ready?")), head...)
+		start = append(start, make([]byte, sent)...)
+
+		clients := make([]net.Conn, conns)
+		var wg sync.WaitGroup
+		errs := make(chan error, conns)
+		next := atomic.Int64{}
+		for w := 0; w < 32; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					i := int(next.Add(1)) - 1
+					if i >= conns {
+						return
+					}
+					nc, err := openMidMessage(addr, start)
+					clients[i] = nc
+					if err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		t.Cleanup(func() { // only matters when the test failed half way
+			for _, nc := range clients {
+				if nc != nil {
+					nc.Close()
+				}
+			}
+		})
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		require.Equal(t, int64(conns), h.opens.Load())
+		require.Zero(t, h.closes.Load(), "no connection ended before the kill")
+
+		// The server holds a message buffer for each connection now.
+		held := int64(0)
+		require.Eventually(t, func() bool {
+			held = int64(heapInuse()) - int64(baseHeap)
+			return held > conns*announced/2
+		}, 5*time.Second, 10*time.Millisecond, "the partial messages should hold about %d MiB", conns*announced>>20)
+		t.Logf("%d connections mid-message: %+d goroutines, %+d fds, %+d MiB in use",
+			conns, runtime.NumGoroutine()-baseGoroutines, countFDs(t)-baseFDs, held>>20)
+
+		// No collection until the descriptors are counted: the finalizer of
+		// an unreachable net.Conn would close a descriptor gust forgot to.
+		gcPercent := debug.SetGCPercent(-1)
+		defer debug.SetGCPercent(gcPercent)
+		for i, nc := range clients {
+			if i%2 == 0 {
+				require.NoError(t, nc.(*net.TCPConn).SetLinger(0)) // Close sends a RST
+			}
+			nc.Close()
+		}
+
+		require.Eventually(t, func() bool { return h.closes.Load() >= conns }, 10*time.Second, 10*time.Millisecond,
+			"OnClose calls")
+		const slack = 3
+		var goroutines, fds int
+		ok := assertEventually(10*time.Second, func() bool {
+			goroutines, fds = runtime.NumGoroutine(), countFDs(t)
+			return goroutines <= baseGoroutines+slack && fds <= baseFDs+slack
+		})
+		require.True(t, ok, "goroutines %d (were %d), open fds %d (were %d)", goroutines, baseGoroutines, fds, baseFDs)
+		debug.SetGCPercent(gcPercent)
+		require.Equal(t, int64(conns), h.closes.Load(), "OnClose exactly once per connection")
+		require.Equal(t, int64(conns), h.ioErrors.Load(),
+			"every OnClose error is the reset or the early EOF; last other error: %v", h.otherErr.Load())
+
+		runtime.GC()
+		runtime.GC() // the second empties sync.Pool's victim cache
+		after := heapInuse()
+		require.LessOrEqual(t, int64(after)-int64(baseHeap), int64(32<<20),
+			"heap in use %d MiB, %d MiB before the connections", after>>20, baseHeap>>20)
+	})
+}
+
+// openMidMessage completes a handshake, sends start, and waits for the pong
+// that start's ping asks for.
+func openMidMessage(addr string, start []byte) (net.Conn, error) {
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	nc.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := nc.Write(append([]byte(handshakeRequest(addr)), start...)); err != nil {
+		return nc, err
+	}
+	br := bufio.NewReaderSize(nc, 256)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		return nc, err
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		return nc, errors.New("handshake refused: " + resp.Status)
+	}
+	pong := make([]byte, 2+len("ready?"))
+	if _, err := io.ReadFull(br, pong); err != nil {
+		return nc, err
+	}
+	if pong[0] != 0x8A || string(pong[2:]) != "ready?" {
+		return nc, errors.New("expected the pong, got " + string(pong))
+	}
+	nc.SetDeadline(time.Time{})
+	return nc, nil
+}
+
+type leakHandler struct {
+	BuiltinEventHandler
+	opens, closes, ioErrors atomic.Int64
+	otherErr                atomic.Value
+}
+
+func (h *leakHandler) OnOpen(*Conn) { h.opens.Add(1) }
+
+func (h *leakHandler) OnMessage(_ *Conn, m *Message) {
+	m.Close()
+	h.otherErr.Store(errors.New("a message was delivered"))
+}
+
+func (h *leakHandler) OnClose(_ *Conn, err error) {
+	h.closes.Add(1)
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
+		h.ioErrors.Add(1)
+	} else {
+		h.otherErr.Store(err)
+	}
+}
+
+// assertEventually polls cond every 10ms until it holds or d passes.
+func assertEventually(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
+}
+
+func countFDs(t *testing.T) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc/self/fd")
+	require.NoError(t, err)
+	return len(entries) - 1 // ReadDir's own descriptor on the directory
+}
+
+func heapInuse() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapInuse
+}
+
+// raiseFileLimit makes sure the process may open n files, and puts the
+// limit back when the test ends.
+func raiseFileLimit(t *testing.T, n uint64) {
+	t.Helper()
+	var lim syscall.Rlimit
+	require.NoError(t, syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim))
+	if lim.Cur >= n {
+		return
+	}
+	if lim.Max < n {
+		t.Skipf("RLIMIT_NOFILE hard limit %d is below the %d files the test needs", lim.Max, n)
+	}
+	old := lim
+	lim.Cur = n
+	require.NoError(t, syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim))
+	t.Cleanup(func() { syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old) })
+}
