@@ -274,3 +274,69 @@ func FuzzCloseFrame(f *testing.F) {
 		}
 	})
 }
+
+// TestLengthOverflowInContinuation: a continuation frame whose 64-bit
+// length, added to the bytes of the message so far, overflows int64 must be
+// refused with 1009 like any other message over the limit.
+func TestLengthOverflowInContinuation(t *testing.T) {
+	t.Skip("BUG: reader.go readData checks int64(rd.n)+length > MaxMessageSize, which wraps negative for " +
+		"length near 1<<63 after a first fragment; end = rd.n+int(length) is then negative and " +
+		"bufpool.Grow panics (\"bufpool: negative size\"): a 1011 and a misleading \"panic in event handler\" " +
+		"log by default, a crash of the process with DisableRecovery")
+	head := binary.BigEndian.AppendUint64([]byte{0x80, 0x80 | 127}, 1<<63-1)
+	in := append(frame(0x02, []byte("a")), append(head, 1, 2, 3, 4)...)
+
+	h, frames := runFuzzConn(t, in, 0, Options{}) // DisableRecovery: a panic fails the test
+	var pe *ProtocolError
+	require.ErrorAs(t, h.err, &pe)
+	require.Equal(t, StatusMessageTooBig, pe.Code)
+	require.Len(t, frames, 1)
+
+	forEachMode(t, func(t *testing.T, m serverMode) {
+		var logged safeBuffer
+		h := newEcho()
+		c := dialRaw(t, m.start(t, h, &Options{ErrorLog: newLogger(&logged)}), nil)
+		c.send(in)
+		c.expectClose(StatusMessageTooBig)
+		require.ErrorAs(t, h.waitClose(t), &pe)
+		require.Equal(t, StatusMessageTooBig, pe.Code)
+		require.Empty(t, logged.String())
+	})
+}
+
+// TestTruncatedFrames: input that ends between frames is a plain io.EOF;
+// input that ends inside a frame, wherever in it, is io.ErrUnexpectedEOF,
+// as noEOF's comment in reader.go promises ("an EOF in the middle of a
+// frame").
+func TestTruncatedFrames(t *testing.T) {
+	ping := frame(0x89, []byte("hello"))
+	long := frame(0x82, make([]byte, 300))
+	const bug = "BUG: reader.go returns the io.EOF of ensure() unwrapped when the input ends inside a frame " +
+		"header or a control frame's payload (readFrames' ensure(hn), readControl's ensure(n)); only " +
+		"readData applies noEOF, so OnClose cannot tell a peer that vanished mid-frame from a clean end"
+	for _, tt := range []struct {
+		name string
+		in   []byte
+		want error
+		bug  bool
+	}{
+		{"between frames", frame(0x82, []byte("x")), io.EOF, false},
+		{"no input", nil, io.EOF, false},
+		{"inside the data payload", long[:20], io.ErrUnexpectedEOF, false},
+		{"after one header byte", ping[:1], io.ErrUnexpectedEOF, true},
+		{"inside the 16-bit length", long[:3], io.ErrUnexpectedEOF, true},
+		{"inside the masking key", ping[:4], io.ErrUnexpectedEOF, true},
+		{"inside the ping payload", ping[:8], io.ErrUnexpectedEOF, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.bug {
+				t.Skip(bug)
+			}
+			for seed := uint64(0); seed < 5; seed++ { // several ways to cut the reads
+				h, frames := runFuzzConn(t, tt.in, seed, Options{})
+				require.Equal(t, tt.want, h.err)
+				require.Empty(t, frames)
+			}
+		})
+	}
+}
