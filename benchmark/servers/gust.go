@@ -10,10 +10,18 @@ import (
 
 // gust: gust.NewServer, gust's own accept loop and handshake parser, ReadLoop in the goroutine
 // that accepted the connection; OnMessage writes back, and the write is corked with the others
-// of the same read. Compression off, as for the peers.
+// of the same read. Compression off, as for the peers; gust-deflate turns it on.
 
 func init() {
-	register("gust", "github.com/gustws/gust: NewServer, ReadLoop per connection, corked writes", startGust)
+	register("gust", "github.com/gustws/gust: NewServer, ReadLoop per connection, corked writes", func(addr string) (Server, error) {
+		return startGust(addr, gust.CompressionOptions{})
+	})
+	// gust-deflate: the same with permessage-deflate on and every other compression option at
+	// its default: context takeover both ways, level 1, 512-byte threshold, 32 KiB windows,
+	// the compressor given back after 1 s idle.
+	register("gust-deflate", "github.com/gustws/gust: as gust, with Compression{Enabled: true} (defaults: context takeover, level 1)", func(addr string) (Server, error) {
+		return startGust(addr, gust.CompressionOptions{Enabled: true})
+	})
 }
 
 type gustEcho struct{ gust.BuiltinEventHandler }
@@ -23,12 +31,12 @@ func (gustEcho) OnMessage(c *gust.Conn, m *gust.Message) {
 	m.Close()
 }
 
-func startGust(addr string) (Server, error) {
+func startGust(addr string, compression gust.CompressionOptions) (Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	srv := gust.NewServer(gustEcho{}, &gust.Options{MaxMessageSize: MaxMessage})
+	srv := gust.NewServer(gustEcho{}, &gust.Options{MaxMessageSize: MaxMessage, Compression: compression})
 	go srv.Serve(ln)
 	return gustServer{srv: srv, addr: ln.Addr().String()}, nil
 }

@@ -10,10 +10,21 @@ import (
 // gws: gws.NewServer, gws's own accept loop and handshake parser, which runs ReadLoop in a
 // goroutine per connection (the README's Quick Start; leaner than its Upgrader on net/http,
 // which costs about 2.5 KiB more RSS per idle connection here). Events are emitted
-// synchronously (ParallelEnabled false) and compression is off.
+// synchronously (ParallelEnabled false) and compression is off (gws-deflate turns it on).
 
 func init() {
-	register("gws", "github.com/lxzan/gws: NewServer, ReadLoop per connection, OnMessage writes back (parallel off)", startGWS)
+	register("gws", "github.com/lxzan/gws: NewServer, ReadLoop per connection, OnMessage writes back (parallel off)", func(addr string) (Server, error) {
+		return startGWS(addr, gws.PermessageDeflate{})
+	})
+	// gws-deflate: PermessageDeflate with context takeover both ways, as gws's examples (echo,
+	// chatroom, autobahn) set it; every other field at gws's default: level 1 (BestSpeed), window
+	// bits 12 each way when context takeover is on (4 KiB windows; gws answers
+	// client_max_window_bits=12 even when the client did not offer the parameter), threshold
+	// 512 bytes (0 — compress everything — on the server's side once it keeps context), a pool
+	// of 32 shared compressors.
+	register("gws-deflate", "github.com/lxzan/gws: as gws, with PermessageDeflate{Enabled, ServerContextTakeover, ClientContextTakeover}", func(addr string) (Server, error) {
+		return startGWS(addr, gws.PermessageDeflate{Enabled: true, ServerContextTakeover: true, ClientContextTakeover: true})
+	})
 }
 
 type gwsEcho struct{ gws.BuiltinEventHandler }
@@ -23,7 +34,7 @@ func (gwsEcho) OnMessage(c *gws.Conn, m *gws.Message) {
 	_ = c.WriteMessage(m.Opcode, m.Bytes()) // gws reports write errors through OnClose
 }
 
-func startGWS(addr string) (Server, error) {
+func startGWS(addr string, pmd gws.PermessageDeflate) (Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
@@ -31,6 +42,7 @@ func startGWS(addr string) (Server, error) {
 	srv := gws.NewServer(gwsEcho{}, &gws.ServerOption{
 		ParallelEnabled:    false,
 		ReadMaxPayloadSize: MaxMessage,
+		PermessageDeflate:  pmd,
 	})
 	srv.OnError = func(net.Conn, error) {} // a failed handshake is the client's business
 	pl := &parkingListener{Listener: ln, closed: make(chan struct{})}

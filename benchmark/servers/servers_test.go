@@ -2,6 +2,8 @@ package servers
 
 import (
 	"context"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,5 +51,48 @@ func TestServersEcho(t *testing.T) {
 func TestUnknownServer(t *testing.T) {
 	if _, err := Start("nope", "127.0.0.1:0"); err == nil {
 		t.Fatal("started an unknown server")
+	}
+}
+
+// The -deflate servers negotiate permessage-deflate with gustload's offer (context takeover
+// both ways, and none) and echo compressed messages that gustload inflates and verifies.
+func TestDeflateServersEcho(t *testing.T) {
+	json, err := os.ReadFile("../testdata/msg-2k.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range Names() {
+		if !strings.HasSuffix(name, "-deflate") {
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			srv, err := Start(name, "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer srv.Close()
+			for _, cfg := range []load.Config{
+				{Conns: 4, Window: 16, Count: 300, Message: json, Deflate: true},
+				{Conns: 2, Window: 8, Count: 200, Size: 2000, Deflate: true},
+				{Conns: 2, Window: 4, Count: 20, Size: 200000, Binary: true, Deflate: true},
+				{Conns: 2, Window: 8, Count: 200, Message: json, DeflateNoContext: true},
+			} {
+				cfg.Target = srv.Addr() + "/"
+				cfg.Timeout = 5 * time.Second
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				res, err := load.Run(ctx, cfg)
+				cancel()
+				if err != nil {
+					t.Fatalf("%d x %d bytes: %v", cfg.Conns, len(cfg.Message)+cfg.Size, err)
+				}
+				if got, want := res.Messages+res.Drained, int64(cfg.Conns)*cfg.Count; got != want {
+					t.Fatalf("%d echoes, want %d", got, want)
+				}
+				if res.DeflateInRatio >= 1 && cfg.Message != nil {
+					t.Fatalf("%s: the echoes were not compressed (%.2f)", res.Deflate, res.DeflateInRatio)
+				}
+				t.Logf("%s: out %.1f%%, in %.1f%%", res.Deflate, 100*res.DeflateOutRatio, 100*res.DeflateInRatio)
+			}
+		})
 	}
 }

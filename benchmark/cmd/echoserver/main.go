@@ -8,7 +8,8 @@
 // With -debug it also serves, on that second address:
 //
 //	/debug/stats        JSON: pid, goroutines, heap_inuse, heap_alloc, heap_objects, mallocs,
-//	                    frees, num_gc, sys, rss_kb; ?gc=1 runs a GC first (for idle memory)
+//	                    frees, num_gc, sys, rss_kb; ?gc=N runs N garbage collections first
+//	                    (at most 5; for idle memory: the second one also empties sync.Pools)
 //	/debug/pprof/...    the standard net/http/pprof handlers
 //
 // Sending SIGUSR1 prints the same stats as a JSON line on stdout.
@@ -85,7 +86,7 @@ func main() {
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGUSR1)
 	for s := range sig {
 		if s == syscall.SIGUSR1 {
-			b, _ := json.Marshal(readStats(false))
+			b, _ := json.Marshal(readStats(0))
 			fmt.Println(string(b))
 			continue
 		}
@@ -108,8 +109,9 @@ type Stats struct {
 	RSSKB       int64  `json:"rss_kb"`
 }
 
-func readStats(gc bool) Stats {
-	if gc {
+// readStats reads the runtime's statistics after gcs garbage collections.
+func readStats(gcs int) Stats {
+	for range gcs {
 		runtime.GC()
 	}
 	var m runtime.MemStats
@@ -125,7 +127,8 @@ func debugMux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/stats", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(readStats(r.URL.Query().Get("gc") == "1"))
+		gcs, _ := strconv.Atoi(r.URL.Query().Get("gc"))
+		_ = json.NewEncoder(w).Encode(readStats(min(max(gcs, 0), 5)))
 	})
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)

@@ -73,7 +73,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ws := fs.Bool("ws", true, "speak WebSocket (the only mode; kept for tcpkali familiarity)")
 	fs.BoolVar(&cfg.Binary, "binary", false, "send binary messages (default text)")
 	fs.BoolVar(&cfg.RecvOnly, "recv-only", false, "send nothing; count the messages the server sends")
-	fs.BoolVar(&cfg.Idle, "idle", false, "connect, hold the connections idle for -T, report the server's memory")
+	fs.BoolVar(&cfg.Idle, "idle", false, "connect, hold the connections idle for -T, report the server's memory (with -n: after n echoes each)")
+	fs.BoolVar(&cfg.Deflate, "deflate", false, "offer permessage-deflate with context takeover; compress every message, inflate the echoes")
+	fs.BoolVar(&cfg.DeflateNoContext, "deflate-no-context", false, "like -deflate, offering server_no_context_takeover and client_no_context_takeover")
 	fs.BoolVar(&cfg.AllowMasked, "allow-masked", false, "accept masked frames from the server (raw-copy, raw-buf echo ours as they are)")
 	fs.Var(duration{&cfg.Timeout}, "timeout", "how long an echo may take before the run fails")
 	fs.Var(duration{&cfg.ConnectTimeout}, "connect-timeout", "bound on each dial and handshake")
@@ -181,15 +183,25 @@ func summary(w io.Writer, r *load.Result) {
 		fmt.Fprintf(w, ", %.0f msg/s per connection", r.Rate)
 	}
 	fmt.Fprintln(w)
+	if r.Deflate != "" {
+		fmt.Fprintf(w, "Extensions: %s", r.Deflate)
+		if r.DeflateOutRatio > 0 || r.DeflateInRatio > 0 {
+			fmt.Fprintf(w, "; on the wire %.1f%% of the payload sent, %.1f%% of the echoes", 100*r.DeflateOutRatio, 100*r.DeflateInRatio)
+		}
+		fmt.Fprintln(w)
+	}
 	switch r.Mode {
 	case "idle":
+		if r.Messages > 0 {
+			fmt.Fprintf(w, "Echoed %d %d-byte %s messages, every one verified, then ", r.Messages, r.Payload, kind)
+		}
 		fmt.Fprintf(w, "Held %d idle connections for %.1fs\n", r.Conns, r.Seconds)
 		if r.ServerPID > 0 {
 			fmt.Fprintf(w, "Server RSS %d -> %d KiB: %.2f KiB per connection\n", r.ServerRSSBeforeKB, r.ServerRSSAfterKB, r.RSSPerConnKB)
 		}
 		if r.ServerHeapAfterKB > 0 {
-			fmt.Fprintf(w, "Server heap in use %.0f -> %.0f KiB: %.2f KiB per connection; goroutines %d -> %d (%.2f per connection)\n",
-				r.ServerHeapBeforeKB, r.ServerHeapAfterKB, r.HeapPerConnKB, r.ServerGoroutinesPre, r.ServerGoroutines, r.GoroutinesPerConn)
+			fmt.Fprintf(w, "Server heap in use %.0f -> %.0f KiB: %.2f KiB per connection (%.2f after a second GC); goroutines %d -> %d (%.2f per connection)\n",
+				r.ServerHeapBeforeKB, r.ServerHeapAfterKB, r.HeapPerConnKB, r.HeapSettledPerConnKB, r.ServerGoroutinesPre, r.ServerGoroutines, r.GoroutinesPerConn)
 		}
 		return
 	case "recv-only":

@@ -40,8 +40,17 @@ type Config struct {
 	// RecvOnly connects and counts what the server sends, sending nothing.
 	RecvOnly bool
 	// Idle connects, completes the handshakes, holds the connections for Duration and reports
-	// the server's memory, sending nothing.
+	// the server's memory, sending nothing; with Count > 0, each connection first sends Count
+	// messages and gets their echoes, and the hold starts after the last echo.
 	Idle bool
+	// Deflate offers permessage-deflate (RFC 7692) with context takeover both ways, compresses
+	// every message sent and inflates every compressed echo before verifying it. A server that
+	// declines fails the run.
+	Deflate bool
+	// DeflateNoContext offers server_no_context_takeover and client_no_context_takeover too
+	// (implies Deflate).
+	DeflateNoContext bool
+
 	// AllowMasked accepts masked frames from the server: raw-copy and raw-buf echo the client's
 	// masked frames as they are. A masked server frame is an error otherwise.
 	AllowMasked bool
@@ -104,6 +113,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Idle && c.Duration <= 0 {
 		return errors.New("-idle needs a duration (-T)")
+	}
+	if c.DeflateNoContext {
+		c.Deflate = true
 	}
 	return nil
 }

@@ -37,6 +37,16 @@ type wsConn struct {
 	closing  atomic.Bool // we sent (or are about to send) a close frame
 	leftover []byte      // bytes read past the handshake response
 	done     chan struct{}
+
+	// permessage-deflate, when negotiated (Config.Deflate)
+	defl      *deflater
+	infl      *inflater
+	deflateAt string       // the server's Sec-WebSocket-Extensions
+	plain     []byte       // the message being compressed, with its sequence number
+	zbuf      []byte       // its compressed payload
+	txWire    atomic.Int64 // payload bytes written on the wire (compressed or not)
+	txPlain   atomic.Int64 // payload bytes of the same messages before compression
+	rxWire    atomic.Int64 // payload bytes of the echoes received, as on the wire
 }
 
 const wsGUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
@@ -72,9 +82,13 @@ func (c *wsConn) handshake(key string) error {
 	t := c.r.target
 	_ = c.nc.SetDeadline(time.Now().Add(c.r.cfg.ConnectTimeout))
 	defer c.nc.SetDeadline(time.Time{})
+	ext := ""
+	if c.r.cfg.Deflate {
+		ext = "Sec-WebSocket-Extensions: " + deflateOffer(c.r.cfg.DeflateNoContext) + "\r\n"
+	}
 	req := "GET " + t.path + " HTTP/1.1\r\nHost: " + t.host +
 		"\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: " + key +
-		"\r\nSec-WebSocket-Version: 13\r\n\r\n"
+		"\r\nSec-WebSocket-Version: 13\r\n" + ext + "\r\n"
 	if _, err := io.WriteString(c.nc, req); err != nil {
 		return fmt.Errorf("handshake: %w", err)
 	}
@@ -102,6 +116,7 @@ func (c *wsConn) handshake(key string) error {
 		return fmt.Errorf("handshake: status %q, want 101", lines[0])
 	}
 	var upgrade, connection, accept string
+	var extensions []string
 	for _, l := range lines[1:] {
 		name, value, ok := strings.Cut(l, ":")
 		if !ok {
@@ -116,7 +131,10 @@ func (c *wsConn) handshake(key string) error {
 		case "sec-websocket-accept":
 			accept = value
 		case "sec-websocket-extensions":
-			return fmt.Errorf("handshake: server chose extensions %q that were not offered", value)
+			if !c.r.cfg.Deflate {
+				return fmt.Errorf("handshake: server chose extensions %q that were not offered", value)
+			}
+			extensions = append(extensions, value)
 		}
 	}
 	if !strings.EqualFold(upgrade, "websocket") {
@@ -128,6 +146,16 @@ func (c *wsConn) handshake(key string) error {
 	sum := sha1.Sum([]byte(key + wsGUID))
 	if want := base64.StdEncoding.EncodeToString(sum[:]); accept != want {
 		return fmt.Errorf("handshake: Sec-WebSocket-Accept %q, want %q", accept, want)
+	}
+	if c.r.cfg.Deflate {
+		p, ok, err := acceptDeflate(strings.Join(extensions, ", "), c.r.cfg.DeflateNoContext)
+		if err != nil {
+			return fmt.Errorf("handshake: %w", err)
+		}
+		if !ok {
+			return errors.New("handshake: the server declined permessage-deflate (-deflate needs it)")
+		}
+		c.defl, c.infl, c.deflateAt = newDeflater(p), newInflater(p), p.response
 	}
 	if end < len(buf) {
 		c.leftover = append([]byte(nil), buf[end:]...)
@@ -154,6 +182,10 @@ func (c *wsConn) writeLoop(start <-chan struct{}) {
 	}
 	m := r.msg
 	W := int64(r.cfg.Window)
+	if c.defl != nil {
+		c.plain = append([]byte(nil), m.data...)
+		defer c.defl.release() // the writer is done: its compressor (~0.5 MB) can go
+	}
 
 	// The frame template: header and masked payload. Only the sequence field changes between
 	// messages, so each message costs a copy and a patch of at most 16 bytes.
@@ -219,7 +251,28 @@ func (c *wsConn) writeLoop(start <-chan struct{}) {
 		}
 		now := r.now()
 		var err error
-		if big {
+		if c.defl != nil {
+			// Every message is compressed on its own: with context takeover its bytes depend
+			// on every message before it.
+			if big {
+				avail = 1
+			} else {
+				avail = min(avail, max(int64(cap(wbuf)/len(frame)), 1))
+			}
+			wbuf = wbuf[:0]
+			for i := int64(0); i < avail && err == nil; i++ {
+				c.times[(sent+i)%W].Store(now)
+				wbuf, err = c.appendCompressed(wbuf, uint64(sent+i))
+			}
+			if err != nil {
+				r.fail(fmt.Errorf("connection %d: compressing: %w", c.id, err))
+				return
+			}
+			c.sent.Store(sent + avail)
+			c.wmu.Lock()
+			_, err = c.nc.Write(wbuf)
+			c.wmu.Unlock()
+		} else if big {
 			patch(frame, uint64(sent))
 			c.times[sent%W].Store(now)
 			avail = 1
@@ -254,6 +307,33 @@ func (c *wsConn) writeLoop(start <-chan struct{}) {
 	}
 }
 
+// appendCompressed appends message s as one masked frame: compressed with RSV1 set, or plain
+// when the negotiated window cannot hold it.
+func (c *wsConn) appendCompressed(dst []byte, s uint64) ([]byte, error) {
+	m := c.r.msg
+	m.putSeq(c.plain, s)
+	z, ok, err := c.defl.compress(c.zbuf[:0], c.plain)
+	if err != nil {
+		return dst, err
+	}
+	payload := c.plain
+	if ok {
+		c.zbuf = z
+		payload = z
+	}
+	at := len(dst)
+	dst = appendHeader(dst, m.op, len(payload), true, c.key)
+	if ok {
+		dst[at] |= rsv1
+	}
+	off := len(dst)
+	dst = append(dst, payload...)
+	maskBytes(c.key, 0, dst[off:])
+	c.txWire.Add(int64(len(payload)))
+	c.txPlain.Add(int64(len(c.plain)))
+	return dst, nil
+}
+
 // readState is the reader's position in the frame and message stream.
 type readState struct {
 	inFrame   bool
@@ -267,6 +347,10 @@ type readState struct {
 	msgOp  byte
 	msgOff int
 	seq    [16]byte // the expected sequence field of the current message
+
+	compressed bool   // the current message has RSV1: its payload collects in comp
+	comp       []byte // compressed payload of the current message
+	wire       int64  // payload bytes of the current message on the wire
 }
 
 // protoError is a frame the client must not accept.
@@ -391,8 +475,15 @@ func (c *wsConn) process(b []byte, st *readState, next int64, now int64) (used i
 			}
 			fin := b0&0x80 != 0
 			op := b0 & 0x0f
-			if b0&0x70 != 0 {
-				return i, got, bytesGot, perr("frame with RSV bits %#x (no extension was negotiated)", b0&0x70)
+			compressed := b0&rsv1 != 0
+			if rsv := b0 & 0x70; rsv != 0 && (rsv != rsv1 || c.infl == nil) {
+				if c.infl == nil {
+					return i, got, bytesGot, perr("frame with RSV bits %#x (no extension was negotiated)", rsv)
+				}
+				return i, got, bytesGot, perr("frame with RSV bits %#x (permessage-deflate uses RSV1 only)", rsv)
+			}
+			if compressed && op != opText && op != opBinary {
+				return i, got, bytesGot, perr("RSV1 on a frame with opcode %#x (only a message's first frame may have it)", op)
 			}
 			if masked && !r.cfg.AllowMasked {
 				return i, got, bytesGot, perr("masked frame from the server (use -allow-masked for raw echo servers)")
@@ -426,7 +517,7 @@ func (c *wsConn) process(b []byte, st *readState, next int64, now int64) (used i
 				if verify && op != m.op {
 					return i, got, bytesGot, perr("message %d: echo has opcode %#x, sent %#x", next+got, op, m.op)
 				}
-				st.inMsg, st.msgOp, st.msgOff = true, op, 0
+				st.inMsg, st.msgOp, st.msgOff, st.compressed, st.wire = true, op, 0, compressed, 0
 				if verify {
 					m.putSeq(st.seq[:], uint64(next+got))
 				}
@@ -437,7 +528,11 @@ func (c *wsConn) process(b []byte, st *readState, next int64, now int64) (used i
 			default:
 				return i, got, bytesGot, perr("reserved opcode %#x", op)
 			}
-			if verify && int64(st.msgOff)+n > int64(len(m.data)) {
+			if st.compressed {
+				if int64(len(st.comp))+n > c.maxCompressed() {
+					return i, got, bytesGot, perr("message %d: compressed echo over %d bytes", next+got, c.maxCompressed())
+				}
+			} else if verify && int64(st.msgOff)+n > int64(len(m.data)) {
 				return i, got, bytesGot, perr("message %d: echo is longer than the %d bytes sent", next+got, len(m.data))
 			}
 			st.inFrame, st.fin, st.masked, st.key, st.maskPos, st.frameLeft = true, fin, masked, key, 0, n
@@ -448,12 +543,17 @@ func (c *wsConn) process(b []byte, st *readState, next int64, now int64) (used i
 		if st.masked {
 			st.maskPos = maskBytes(st.key, st.maskPos, chunk)
 		}
-		if verify {
-			if at := m.mismatch(st.seq[:], st.msgOff, chunk); at >= 0 {
-				return i, got, bytesGot, perr("message %d: echo differs from what was sent at byte %d", next+got, at)
+		if st.compressed {
+			st.comp = append(st.comp, chunk...)
+		} else {
+			if verify {
+				if at := m.mismatch(st.seq[:], st.msgOff, chunk); at >= 0 {
+					return i, got, bytesGot, perr("message %d: echo differs from what was sent at byte %d", next+got, at)
+				}
 			}
+			st.msgOff += int(take)
 		}
-		st.msgOff += int(take)
+		st.wire += take
 		st.frameLeft -= take
 		i += int(take)
 		if st.frameLeft > 0 {
@@ -463,6 +563,12 @@ func (c *wsConn) process(b []byte, st *readState, next int64, now int64) (used i
 		if !st.fin {
 			continue
 		}
+		if st.compressed {
+			if err := c.inflateEcho(st, next+got, verify); err != nil {
+				return i, got, bytesGot, err
+			}
+		}
+		c.rxWire.Add(st.wire)
 		if verify {
 			if st.msgOff != len(m.data) {
 				return i, got, bytesGot, perr("message %d: echo has %d bytes, sent %d", next+got, st.msgOff, len(m.data))
@@ -477,6 +583,46 @@ func (c *wsConn) process(b []byte, st *readState, next int64, now int64) (used i
 		bytesGot += int64(st.msgOff)
 		st.inMsg = false
 	}
+}
+
+// maxCompressed bounds a compressed message's payload: what was sent, with room for data that
+// does not compress, when verifying; maxInflate otherwise.
+func (c *wsConn) maxCompressed() int64 {
+	if c.r.cfg.RecvOnly {
+		return maxInflate
+	}
+	return int64(len(c.r.msg.data))*11/10 + 1024
+}
+
+// inflateEcho inflates the compressed message collected in st.comp and verifies its bytes as
+// they come out, as process does for a plain echo.
+func (c *wsConn) inflateEcho(st *readState, s int64, verify bool) error {
+	m := c.r.msg
+	limit := int64(maxInflate)
+	if verify {
+		limit = int64(len(m.data))
+	}
+	_, err := c.infl.inflate(st.comp, limit, func(out []byte) error {
+		if verify {
+			if st.msgOff+len(out) > len(m.data) {
+				return perr("message %d: inflated echo is longer than the %d bytes sent", s, len(m.data))
+			}
+			if at := m.mismatch(st.seq[:], st.msgOff, out); at >= 0 {
+				return perr("message %d: inflated echo differs from what was sent at byte %d", s, at)
+			}
+		}
+		st.msgOff += len(out)
+		return nil
+	})
+	st.comp = st.comp[:0]
+	st.compressed = false
+	if err != nil {
+		if msg := err.Error(); !strings.HasPrefix(msg, "message ") {
+			err = perr("message %d: %s", s, msg)
+		}
+		return err
+	}
+	return nil
 }
 
 // control handles a ping, pong or close frame.

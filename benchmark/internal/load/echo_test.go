@@ -2,14 +2,19 @@ package load
 
 import (
 	"bufio"
+	"bytes"
+	"compress/flate"
 	"crypto/sha1"
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -27,6 +32,20 @@ type testServer struct {
 	PingFirst   bool // send a ping before echoing, expect the client to answer
 	ServerClose bool // send a close frame after echoing CloseAfter messages instead of a bare close
 	HangUp      bool // close the connection right after the handshake
+
+	// permessage-deflate, done with compress/flate: the server accepts an offer, inflates
+	// compressed messages (with the client's context unless client_no_context_takeover, and a
+	// window of exactly 2^ClientBits bytes, so that a client reaching further back fails) and
+	// compresses its echoes (keeping its context unless server_no_context_takeover).
+	Deflate          bool
+	DeflateResponse  string // the Sec-WebSocket-Extensions answer; derived from the offer when empty
+	ClientBits       int    // client_max_window_bits to answer (0: none)
+	PlainEvery       int    // send every n-th echo uncompressed
+	FinalBlock       bool   // end every compressed echo with a final block (BFINAL) instead of a sync flush
+	CorruptDeflated  int    // 1-based index of an echo whose compressed payload gets one byte flipped
+	NeedCompressed   bool   // fail if a message from the client arrives without RSV1
+	sawUncompressed  atomic.Int64
+	sawCompressedMsg atomic.Int64
 
 	ln net.Listener
 	wg sync.WaitGroup
@@ -64,7 +83,7 @@ func (s *testServer) start(t *testing.T) string {
 
 func (s *testServer) serve(c net.Conn) error {
 	br := bufio.NewReader(c)
-	key := ""
+	key, offer := "", ""
 	for {
 		line, err := br.ReadString('\n')
 		if err != nil {
@@ -76,14 +95,40 @@ func (s *testServer) serve(c net.Conn) error {
 		}
 		if name, v, ok := strings.Cut(line, ":"); ok && strings.EqualFold(name, "Sec-WebSocket-Key") {
 			key = strings.TrimSpace(v)
+		} else if ok && strings.EqualFold(name, "Sec-WebSocket-Extensions") {
+			offer = strings.TrimSpace(v)
 		}
+	}
+	var z *testDeflate
+	extHeader := ""
+	if s.Deflate && strings.Contains(offer, "permessage-deflate") {
+		z = &testDeflate{
+			serverNoCtx: strings.Contains(offer, "server_no_context_takeover"),
+			clientNoCtx: strings.Contains(offer, "client_no_context_takeover"),
+			clientBits:  15,
+		}
+		resp := s.DeflateResponse
+		if resp == "" {
+			resp = "permessage-deflate"
+			if z.serverNoCtx {
+				resp += "; server_no_context_takeover"
+			}
+			if z.clientNoCtx {
+				resp += "; client_no_context_takeover"
+			}
+			if s.ClientBits > 0 {
+				resp += "; client_max_window_bits=" + strconv.Itoa(s.ClientBits)
+				z.clientBits = s.ClientBits
+			}
+		}
+		extHeader = "Sec-WebSocket-Extensions: " + resp + "\r\n"
 	}
 	sum := sha1.Sum([]byte(key + wsGUID))
 	accept := base64.StdEncoding.EncodeToString(sum[:])
 	if s.BadAccept {
 		accept = "AAAA" + accept[4:]
 	}
-	if _, err := io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: "+accept+"\r\n\r\n"); err != nil {
+	if _, err := io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: "+accept+"\r\n"+extHeader+"\r\n"); err != nil {
 		return err
 	}
 	if s.HangUp {
@@ -148,6 +193,25 @@ func (s *testServer) serve(c net.Conn) error {
 			continue
 		}
 		maskBytes(key, 0, p)
+		compressed := h[0]&rsv1 != 0
+		if compressed && z == nil {
+			return errors.New("RSV1 without permessage-deflate")
+		}
+		if op == opText || op == opBinary {
+			if compressed {
+				s.sawCompressedMsg.Add(1)
+				var err error
+				if p, err = z.inflate(p); err != nil {
+					_, _ = c.Write([]byte{0x88, 2, 0x03, 0xef}) // 1007
+					return err
+				}
+			} else if z != nil {
+				s.sawUncompressed.Add(1)
+				if s.NeedCompressed {
+					return errors.New("an uncompressed message")
+				}
+			}
+		}
 		switch op {
 		case opClose:
 			_, _ = c.Write(append(appendHeader(nil, opClose, len(p), false, key), p...))
@@ -162,6 +226,17 @@ func (s *testServer) serve(c net.Conn) error {
 		if n == s.CorruptMsg {
 			p[len(p)/2] ^= 0x01
 		}
+		var rsv byte
+		if z != nil && (s.PlainEvery == 0 || n%s.PlainEvery != 0) {
+			var err error
+			if p, err = z.deflate(p, s.FinalBlock); err != nil {
+				return err
+			}
+			rsv = rsv1
+			if n == s.CorruptDeflated {
+				p[len(p)/2] ^= 0x10
+			}
+		}
 		var out []byte
 		if s.Fragment && len(p) > 1 {
 			half := len(p) / 2
@@ -173,6 +248,7 @@ func (s *testServer) serve(c net.Conn) error {
 		} else {
 			out = append(appendHeader(nil, op, len(p), false, key), p...)
 		}
+		out[0] |= rsv // the first frame only
 		if _, err := c.Write(out); err != nil {
 			return err
 		}
@@ -185,3 +261,73 @@ func (s *testServer) serve(c net.Conn) error {
 		}
 	}
 }
+
+// testDeflate is the test server's permessage-deflate, with compress/flate and the simplest
+// code that is right: a window kept by hand each way.
+type testDeflate struct {
+	serverNoCtx, clientNoCtx bool
+	clientBits               int
+	readWin, writeWin        []byte
+}
+
+func (z *testDeflate) inflate(p []byte) ([]byte, error) {
+	var dict []byte
+	if !z.clientNoCtx {
+		dict = z.readWin
+	}
+	src := append(append([]byte(nil), p...), finalTail...)
+	fr := flate.NewReaderDict(bytes.NewReader(src), dict)
+	out, err := io.ReadAll(fr)
+	if err != nil {
+		return nil, fmt.Errorf("inflate: %w", err)
+	}
+	if !z.clientNoCtx {
+		z.readWin = lastN(append(z.readWin, out...), 1<<z.clientBits)
+	}
+	return out, nil
+}
+
+func (z *testDeflate) deflate(p []byte, final bool) ([]byte, error) {
+	var dict []byte
+	if !z.serverNoCtx {
+		dict = z.writeWin
+	}
+	var b bytes.Buffer
+	fw, err := flate.NewWriterDict(&b, flate.DefaultCompression, dict)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := fw.Write(p); err != nil {
+		return nil, err
+	}
+	if final {
+		err = fw.Close()
+	} else {
+		err = fw.Flush()
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := b.Bytes()
+	if !final {
+		if !bytes.HasSuffix(out, syncTail) {
+			return nil, errors.New("no sync tail")
+		}
+		out = out[:len(out)-4]
+	}
+	if !z.serverNoCtx {
+		z.writeWin = lastN(append(z.writeWin, p...), 1<<15)
+	}
+	return out, nil
+}
+
+func lastN(b []byte, n int) []byte {
+	if len(b) > n {
+		return append([]byte(nil), b[len(b)-n:]...)
+	}
+	return b
+}
+
+// finalTail ends a message's deflate data for a one-shot inflate: the sync tail, then an empty
+// final block.
+var finalTail = []byte{0x00, 0x00, 0xff, 0xff, 0x01, 0x00, 0x00, 0xff, 0xff}

@@ -14,6 +14,8 @@ const (
 	opClose        = 0x8
 	opPing         = 0x9
 	opPong         = 0xa
+
+	rsv1 = 0x40 // "per-message compressed" with permessage-deflate (RFC 7692 §6)
 )
 
 // appendHeader appends a final frame header with the mask bit and key when masked.

@@ -73,13 +73,14 @@ type ServerStats struct {
 	RSSKB      int64  `json:"rss_kb"`
 }
 
-func fetchStats(url string, gc bool) (*ServerStats, error) {
-	if gc {
+// fetchStats reads the server's stats, after gcs garbage collections (echoserver's ?gc=N).
+func fetchStats(url string, gcs int) (*ServerStats, error) {
+	if gcs > 0 {
+		sep := "?"
 		if strings.Contains(url, "?") {
-			url += "&gc=1"
-		} else {
-			url += "?gc=1"
+			sep = "&"
 		}
+		url += sep + "gc=" + strconv.Itoa(gcs)
 	}
 	cl := http.Client{Timeout: 10 * time.Second}
 	resp, err := cl.Get(url)

@@ -57,10 +57,20 @@ type Result struct {
 	ServerGoroutines    int     `json:"server_goroutines,omitempty"`
 	ServerGoroutinesPre int     `json:"server_goroutines_before,omitempty"`
 
-	// Idle mode: growth per connection from before the ramp to the end of the hold.
-	RSSPerConnKB      float64 `json:"rss_per_conn_kb,omitempty"`
-	HeapPerConnKB     float64 `json:"heap_per_conn_kb,omitempty"`
-	GoroutinesPerConn float64 `json:"goroutines_per_conn,omitempty"`
+	// Idle mode: growth per connection from before the ramp to the end of the hold. The heap
+	// is HeapInuse after one GC (what /debug/stats?gc=1 reports); HeapSettledPerConnKB is the
+	// same after a second GC, once sync.Pool's victim caches are dropped too (pooled buffers
+	// and compressors that no connection holds).
+	RSSPerConnKB         float64 `json:"rss_per_conn_kb,omitempty"`
+	HeapPerConnKB        float64 `json:"heap_per_conn_kb,omitempty"`
+	HeapSettledPerConnKB float64 `json:"heap_settled_per_conn_kb,omitempty"`
+	GoroutinesPerConn    float64 `json:"goroutines_per_conn,omitempty"`
+
+	// With Deflate: the server's Sec-WebSocket-Extensions (first connection), and payload bytes
+	// on the wire over payload bytes before compression, each way, over the whole run.
+	Deflate         string  `json:"deflate,omitempty"`
+	DeflateOutRatio float64 `json:"deflate_out_ratio,omitempty"`
+	DeflateInRatio  float64 `json:"deflate_in_ratio,omitempty"`
 }
 
 type runner struct {
@@ -174,7 +184,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 	var statsBefore *ServerStats
 	if cfg.StatsURL != "" {
-		if statsBefore, err = fetchStats(cfg.StatsURL, cfg.Idle); err != nil {
+		gcs := 0
+		if cfg.Idle {
+			gcs = 2
+		}
+		if statsBefore, err = fetchStats(cfg.StatsURL, gcs); err != nil {
 			return nil, err
 		}
 		res.ServerHeapBeforeKB = float64(statsBefore.HeapInuse) / 1024
@@ -195,8 +209,15 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	res.RampSeconds = time.Since(rampStart).Seconds()
 
-	if cfg.Idle {
+	if cfg.Deflate && len(r.conns) > 0 {
+		res.Deflate = r.conns[0].deflateAt
+	}
+
+	if cfg.Idle && cfg.Count == 0 {
 		return r.holdIdle(ctx, res, statsBefore)
+	}
+	if cfg.Idle {
+		return r.echoThenHold(ctx, res, statsBefore)
 	}
 
 	// The measured phase.
@@ -214,7 +235,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	self0 := selfCPU()
 	var statsStart *ServerStats
 	if cfg.StatsURL != "" {
-		statsStart, _ = fetchStats(cfg.StatsURL, false)
+		statsStart, _ = fetchStats(cfg.StatsURL, 0)
 	}
 	r.startTime = time.Now()
 	close(start)
@@ -267,7 +288,7 @@ phase:
 	self1 := selfCPU()
 	var statsEnd *ServerStats
 	if cfg.StatsURL != "" && r.error() == nil {
-		statsEnd, _ = fetchStats(cfg.StatsURL, false)
+		statsEnd, _ = fetchStats(cfg.StatsURL, 0)
 	}
 	if err := r.error(); err != nil {
 		return nil, err
@@ -304,6 +325,7 @@ phase:
 		}
 		res.ServerRSSAfterKB, _ = procRSS(cfg.ServerPID)
 	}
+	r.deflateRatios(res)
 	if statsStart != nil && statsEnd != nil {
 		if msgs > 0 {
 			res.ServerAllocsPerMsg = float64(statsEnd.Mallocs-statsStart.Mallocs) / float64(msgs)
@@ -405,24 +427,8 @@ func (r *runner) holdIdle(ctx context.Context, res *Result, before *ServerStats)
 		return nil, ctx.Err()
 	}
 	res.Seconds = cfg.Duration.Seconds()
-	n := float64(len(r.conns))
-	if cfg.ServerPID > 0 {
-		rss, err := procRSS(cfg.ServerPID)
-		if err != nil {
-			return nil, err
-		}
-		res.ServerRSSAfterKB = rss
-		res.RSSPerConnKB = float64(rss-res.ServerRSSBeforeKB) / n
-	}
-	if cfg.StatsURL != "" {
-		after, err := fetchStats(cfg.StatsURL, true)
-		if err != nil {
-			return nil, err
-		}
-		res.ServerHeapAfterKB = float64(after.HeapInuse) / 1024
-		res.ServerGoroutines = after.Goroutines
-		res.HeapPerConnKB = (float64(after.HeapInuse) - float64(before.HeapInuse)) / 1024 / n
-		res.GoroutinesPerConn = float64(after.Goroutines-before.Goroutines) / n
+	if err := r.measureIdle(res, before); err != nil {
+		return nil, err
 	}
 	// Are they all still open? A read that times out means yes; EOF means the server hung up.
 	var closed atomic.Int64
@@ -450,6 +456,110 @@ func (r *runner) holdIdle(ctx context.Context, res *Result, before *ServerStats)
 		return nil, fmt.Errorf("%d of %d idle connections were closed by the server during the hold", k, len(r.conns))
 	}
 	return res, nil
+}
+
+// echoThenHold is the idle mode with a count: every connection sends cfg.Count messages and
+// gets their echoes (verified), then the connections are held for the duration, their readers
+// still running so that a server that hangs up fails the run, and the server's memory growth
+// per connection is reported.
+func (r *runner) echoThenHold(ctx context.Context, res *Result, before *ServerStats) (*Result, error) {
+	cfg := r.cfg
+	start := make(chan struct{})
+	var writers sync.WaitGroup
+	for _, c := range r.conns {
+		c.times = make([]atomic.Int64, cfg.Window)
+		go c.readLoop()
+		writers.Add(1)
+		go func() { defer writers.Done(); c.writeLoop(start) }()
+	}
+	r.startTime = time.Now()
+	close(start)
+	done := make(chan struct{})
+	go func() { writers.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-r.failed:
+		return nil, r.error()
+	case <-ctx.Done():
+		r.fail(ctx.Err())
+		return nil, r.error()
+	}
+	if !r.waitEchoes(cfg.Timeout) {
+		if err := r.error(); err != nil {
+			return nil, err
+		}
+		return nil, r.missingError(cfg.Timeout)
+	}
+	res.Messages, _ = r.totals()
+	res.Verified = true
+	r.deflateRatios(res)
+	hold := time.NewTimer(cfg.Duration)
+	defer hold.Stop()
+	select {
+	case <-hold.C:
+	case <-r.failed:
+		return nil, fmt.Errorf("during the hold: %w", r.error())
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	res.Seconds = cfg.Duration.Seconds()
+	if err := r.measureIdle(res, before); err != nil {
+		return nil, err
+	}
+	if err := r.error(); err != nil {
+		return nil, fmt.Errorf("during the hold: %w", err)
+	}
+	return res, nil
+}
+
+// measureIdle fills in the server's memory growth per connection.
+func (r *runner) measureIdle(res *Result, before *ServerStats) error {
+	cfg := r.cfg
+	n := float64(len(r.conns))
+	if cfg.ServerPID > 0 {
+		rss, err := procRSS(cfg.ServerPID)
+		if err != nil {
+			return err
+		}
+		res.ServerRSSAfterKB = rss
+		res.RSSPerConnKB = float64(rss-res.ServerRSSBeforeKB) / n
+	}
+	if cfg.StatsURL != "" {
+		after, err := fetchStats(cfg.StatsURL, 1)
+		if err != nil {
+			return err
+		}
+		settled, err := fetchStats(cfg.StatsURL, 1) // a second GC: sync.Pool victims go too
+		if err != nil {
+			return err
+		}
+		res.ServerHeapAfterKB = float64(after.HeapInuse) / 1024
+		res.ServerGoroutines = after.Goroutines
+		res.HeapPerConnKB = (float64(after.HeapInuse) - float64(before.HeapInuse)) / 1024 / n
+		res.HeapSettledPerConnKB = (float64(settled.HeapInuse) - float64(before.HeapInuse)) / 1024 / n
+		res.GoroutinesPerConn = float64(after.Goroutines-before.Goroutines) / n
+	}
+	return nil
+}
+
+// deflateRatios fills in the compression ratios with Deflate.
+func (r *runner) deflateRatios(res *Result) {
+	if !r.cfg.Deflate {
+		return
+	}
+	var txWire, txPlain, rxWire, rxPlain int64
+	for _, c := range r.conns {
+		txWire += c.txWire.Load()
+		txPlain += c.txPlain.Load()
+		rxWire += c.rxWire.Load()
+		rxPlain += c.rxBytes.Load()
+	}
+	if txPlain > 0 {
+		res.DeflateOutRatio = float64(txWire) / float64(txPlain)
+	}
+	if rxPlain > 0 {
+		res.DeflateInRatio = float64(rxWire) / float64(rxPlain)
+	}
 }
 
 func isTimeout(err error) bool {
