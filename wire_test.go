@@ -73,6 +73,8 @@ type rawClient struct {
 	nc       net.Conn
 	br       *bufio.Reader
 	lastResp *http.Response
+
+	closeSent bool // a frame sent began with a close: expectClose must not answer again
 }
 
 func handshakeRequest(addr string, extra ...string) string {
@@ -143,6 +145,9 @@ func (c *rawClient) send(b ...[]byte) {
 	for _, p := range b {
 		_, err := c.nc.Write(p)
 		require.NoError(c.t, err)
+		if len(p) > 0 && Opcode(p[0]&0x0f) == OpClose {
+			c.closeSent = true
+		}
 	}
 }
 
@@ -202,9 +207,13 @@ func (c *rawClient) expectClose(code StatusCode) {
 			require.GreaterOrEqual(c.t, len(p), 2)
 			require.Equal(c.t, code, StatusCode(binary.BigEndian.Uint16(p)), "close reason %q", p[2:])
 		}
-		// Answer with the same code, as a client does, then expect the
-		// server to close TCP.
-		c.nc.Write(frame(0x88, p[:min(len(p), 2)]))
+		// Answer with the same code, as a client does, unless it sent a
+		// close frame first (RFC 6455 §5.5.1: nothing may follow a close
+		// frame; a second one would reach a socket the server has closed and
+		// make it reset the connection), then expect the server to close TCP.
+		if !c.closeSent {
+			c.nc.Write(frame(0x88, p[:min(len(p), 2)]))
+		}
 		break
 	}
 	_, err := c.br.ReadByte()
