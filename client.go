@@ -1,0 +1,605 @@
+package gust
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gustws/gust/internal/handshake"
+)
+
+// DialOptions configures [Dial] and [NewClientFromConn]. The zero value is
+// valid, and a nil *DialOptions means the zero value.
+//
+// The embedded Options are the ones a server uses, read from the client's
+// side: Subprotocols is the list offered, in order of preference;
+// Compression is the permessage-deflate offer (its Server* fields are what
+// the client asks of the server, its Client* fields what the client does
+// itself); TLSConfig is used for wss:// URLs; HandshakeTimeout bounds the
+// whole of Dial (connect, proxy, TLS and the handshake) on top of the
+// context; MaxHeaderBytes bounds the response head.
+type DialOptions struct {
+	Options
+
+	// Header is added to the handshake request: Origin, Cookie,
+	// Authorization, User-Agent and so on; a Host entry replaces the URL's
+	// host in the Host header. The WebSocket headers themselves (Upgrade,
+	// Connection, Sec-WebSocket-*) come from the other options and may not
+	// be set here. Default none.
+	Header http.Header
+
+	// NetDialContext opens the network connection, to the server or to the
+	// proxy. Default: a net.Dialer's DialContext.
+	NetDialContext func(ctx context.Context, network, addr string) (net.Conn, error)
+
+	// Proxy returns the proxy to go through for a request, or nil for none;
+	// http://, socks5:// and socks5h:// proxies are supported, with the
+	// credentials of the proxy URL's userinfo (Basic for HTTP CONNECT,
+	// RFC 1929 for SOCKS5). The request's URL has the scheme http for
+	// ws:// and https for wss://, so [http.ProxyFromEnvironment] picks
+	// HTTP_PROXY or HTTPS_PROXY and honours NO_PROXY (it never proxies
+	// localhost or loopback addresses). Default nil: no proxy.
+	Proxy func(*http.Request) (*url.URL, error)
+}
+
+// DialError reports a handshake the server refused: it answered with
+// Status rather than 101 Switching Protocols. Header is the response's
+// header and Body its first bytes (up to 1 KiB). A redirect (3xx) is
+// reported this way too: gust does not follow it; the target is in
+// Header.Get("Location").
+type DialError struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+func (e *DialError) Error() string {
+	status := strconv.Itoa(e.Status) + " " + http.StatusText(e.Status)
+	if e.Status >= 300 && e.Status < 400 {
+		if loc := e.Header.Get("Location"); loc != "" {
+			return fmt.Sprintf("gust: handshake answered with %s; redirect to %q not followed", status, loc)
+		}
+	}
+	body := e.Body
+	if len(body) > 128 {
+		body = body[:128]
+	}
+	if body = bytes.TrimSpace(body); len(body) > 0 {
+		return fmt.Sprintf("gust: handshake refused with %s: %q", status, body)
+	}
+	return "gust: handshake refused with " + status
+}
+
+// ErrBadHandshake is wrapped by the error Dial returns when the server
+// answered 101 but broke RFC 6455 §4.1 or RFC 7692 doing so: a wrong
+// Sec-WebSocket-Accept, a missing Upgrade or Connection token, a
+// subprotocol or an extension the client did not offer, invalid
+// permessage-deflate parameters.
+var ErrBadHandshake = errors.New("gust: bad handshake response")
+
+func badHandshake(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrBadHandshake}, args...)...)
+}
+
+// maxRefusalBody is how much of a refusal's body a DialError keeps.
+const maxRefusalBody = 1 << 10
+
+// Dial opens a WebSocket connection to rawURL (ws:// or wss://) and
+// returns it with the server's handshake response; the caller then runs
+// its ReadLoop, which reports to h (nil means a BuiltinEventHandler). The
+// Conn is the same type a server gets, with masked writes.
+//
+// ctx bounds the connect, the proxy and TLS handshakes and the WebSocket
+// handshake, together with opts.HandshakeTimeout (default 10s); once Dial
+// has returned, ctx no longer matters. Redirects are not followed.
+//
+// When the server refuses the handshake, Dial returns a *DialError and the
+// response, whose Body holds the first bytes of the server's (the
+// connection is closed). When the server accepts it but breaks the
+// protocol doing so, the error wraps ErrBadHandshake and the response is
+// returned too. The response is nil when no response was read.
+func Dial(ctx context.Context, rawURL string, h Event, opts *DialOptions) (*Conn, *http.Response, error) {
+	d, err := newDialer(opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	u, err := parseWebSocketURL(rawURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.HandshakeTimeout)
+	defer cancel()
+
+	raw, target, proxyURL, err := d.connect(ctx, u)
+	if err != nil {
+		return nil, nil, dialFailed(ctx, u, err)
+	}
+	release := guard(ctx, raw)
+	nc, err := d.transport(ctx, raw, u, target, proxyURL)
+	if err != nil {
+		raw.Close()
+		release()
+		return nil, nil, dialFailed(ctx, u, err)
+	}
+	return d.handshake(ctx, nc, raw, u, h, release)
+}
+
+// NewClientFromConn performs the client handshake for rawURL over conn, an
+// open connection of any kind (a unix socket, an in-memory pipe, a custom
+// transport), and returns the Conn as Dial does. conn is used as it is:
+// Proxy, NetDialContext and TLSConfig are ignored, and for a wss:// URL the
+// caller wraps conn with TLS first. The URL gives the Host header and the
+// request target. conn is closed when the handshake fails.
+func NewClientFromConn(ctx context.Context, conn net.Conn, rawURL string, h Event, opts *DialOptions) (*Conn, *http.Response, error) {
+	d, err := newDialer(opts)
+	if err != nil {
+		conn.Close()
+		return nil, nil, err
+	}
+	u, err := parseWebSocketURL(rawURL)
+	if err != nil {
+		conn.Close()
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.HandshakeTimeout)
+	defer cancel()
+	return d.handshake(ctx, conn, conn, u, h, guard(ctx, conn))
+}
+
+// dialer is DialOptions checked, with the defaults filled in.
+type dialer struct {
+	cfg      *config
+	header   http.Header
+	host     string // a Host header from DialOptions.Header, or ""
+	netDial  func(ctx context.Context, network, addr string) (net.Conn, error)
+	proxy    func(*http.Request) (*url.URL, error)
+	offer    string // Sec-WebSocket-Extensions, or ""
+	protocol string // Sec-WebSocket-Protocol, or ""
+}
+
+// reservedHeaders are the request headers the handshake writes itself.
+var reservedHeaders = []string{
+	"Upgrade", "Connection", "Sec-Websocket-Key", "Sec-Websocket-Version",
+	"Sec-Websocket-Extensions", "Sec-Websocket-Protocol",
+}
+
+func newDialer(opts *DialOptions) (*dialer, error) {
+	if opts == nil {
+		opts = &DialOptions{}
+	}
+	d := &dialer{cfg: newConfig(&opts.Options), netDial: opts.NetDialContext, proxy: opts.Proxy}
+	if d.netDial == nil {
+		d.netDial = (&net.Dialer{}).DialContext
+	}
+	d.header = make(http.Header, len(opts.Header))
+	for name, values := range opts.Header {
+		if !isToken(name) {
+			return nil, fmt.Errorf("gust: invalid request header name %q", name)
+		}
+		key := http.CanonicalHeaderKey(name)
+		for _, r := range reservedHeaders {
+			if key == r {
+				return nil, fmt.Errorf("gust: request header %s is set by the handshake itself; use Options.Subprotocols and Options.Compression", key)
+			}
+		}
+		if key == "Host" {
+			if len(values) != 1 || values[0] == "" || strings.ContainsAny(values[0], "\r\n\x00 ") {
+				return nil, fmt.Errorf("gust: invalid Host header %q", values)
+			}
+			d.host = values[0]
+			continue
+		}
+		d.header[key] = append(d.header[key], values...)
+	}
+	for _, p := range d.cfg.Subprotocols {
+		if !isToken(p) {
+			return nil, fmt.Errorf("gust: invalid subprotocol %q: it must be an HTTP token", p)
+		}
+	}
+	d.protocol = strings.Join(d.cfg.Subprotocols, ", ")
+	if d.cfg.Compression.Enabled {
+		d.offer = deflateOffer(&d.cfg.Compression)
+	}
+	return d, nil
+}
+
+// parseWebSocketURL checks a ws:// or wss:// URL (RFC 6455 §3).
+func parseWebSocketURL(rawURL string) (*url.URL, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("gust: %w", err)
+	}
+	u.Scheme = strings.ToLower(u.Scheme)
+	switch {
+	case u.Scheme != "ws" && u.Scheme != "wss":
+		return nil, fmt.Errorf("gust: URL scheme must be ws or wss, not %q", u.Scheme)
+	case u.Opaque != "" || u.Host == "" || u.Hostname() == "":
+		return nil, fmt.Errorf("gust: URL %q has no host", u.Redacted())
+	case strings.Contains(rawURL, "#"):
+		return nil, fmt.Errorf("gust: URL %q has a fragment, which RFC 6455 forbids", u.Redacted())
+	}
+	return u, nil
+}
+
+// hostPort is the address to connect to for u, with the scheme's default
+// port.
+func hostPort(u *url.URL) string {
+	port := u.Port()
+	if port == "" {
+		port = "80"
+		if u.Scheme == "wss" {
+			port = "443"
+		}
+	}
+	return net.JoinHostPort(u.Hostname(), port)
+}
+
+// connect opens the network connection: to the proxy, if one applies, or
+// to the server. It returns the address of the server.
+func (d *dialer) connect(ctx context.Context, u *url.URL) (nc net.Conn, target string, proxyURL *url.URL, err error) {
+	target = hostPort(u)
+	if d.proxy != nil {
+		pu := *u
+		pu.Scheme = "http"
+		if u.Scheme == "wss" {
+			pu.Scheme = "https"
+		}
+		req := &http.Request{Method: http.MethodGet, URL: &pu, Host: u.Host, Header: d.header,
+			Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1}
+		proxyURL, err = d.proxy(req.WithContext(ctx))
+		if err != nil {
+			return nil, "", nil, fmt.Errorf("choosing a proxy: %w", err)
+		}
+	}
+	addr := target
+	if proxyURL != nil {
+		if addr, err = proxyAddr(proxyURL); err != nil {
+			return nil, "", nil, err
+		}
+	}
+	nc, err = d.netDial(ctx, "tcp", addr)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return nc, target, proxyURL, nil
+}
+
+// transport turns the network connection into the one the handshake runs
+// over: through the proxy's tunnel, then TLS for wss://.
+func (d *dialer) transport(ctx context.Context, nc net.Conn, u *url.URL, target string, proxyURL *url.URL) (net.Conn, error) {
+	if proxyURL != nil {
+		var err error
+		if nc, err = tunnel(nc, proxyURL, target); err != nil {
+			return nil, err
+		}
+	}
+	if u.Scheme != "wss" {
+		return nc, nil
+	}
+	var cfg *tls.Config
+	if d.cfg.TLSConfig != nil {
+		cfg = d.cfg.TLSConfig.Clone()
+	} else {
+		cfg = &tls.Config{}
+	}
+	if cfg.ServerName == "" {
+		cfg.ServerName = u.Hostname()
+	}
+	// The handshake is HTTP/1.1 (RFC 6455); a server must not pick h2.
+	cfg.NextProtos = []string{"http/1.1"}
+	tc := tls.Client(nc, cfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		return nil, err
+	}
+	return tc, nil
+}
+
+// guard bounds I/O on nc by ctx: it sets ctx's deadline on nc and closes
+// nc if ctx is done first. The function it returns stops the guard and
+// clears the deadline, or reports ctx's error when the guard fired.
+func guard(ctx context.Context, nc net.Conn) func() error {
+	if dl, ok := ctx.Deadline(); ok {
+		nc.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { nc.Close() })
+	return func() error {
+		if !stop() {
+			return ctx.Err()
+		}
+		nc.SetDeadline(time.Time{})
+		return nil
+	}
+}
+
+// dialFailed adds the URL and, when ctx ended the dial, ctx's error.
+func dialFailed(ctx context.Context, u *url.URL, err error) error {
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("gust: dial %s: %w: %w", u.Redacted(), cerr, err)
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(err, context.DeadlineExceeded) {
+		// The only deadline on the connection is ctx's, and it just passed.
+		return fmt.Errorf("gust: dial %s: %w: %w", u.Redacted(), context.DeadlineExceeded, err)
+	}
+	return fmt.Errorf("gust: dial %s: %w", u.Redacted(), err)
+}
+
+// handshake sends the request over nc and reads the response. raw is the
+// network connection under nc (the same for a plain connection); release
+// ends the context guard on it.
+func (d *dialer) handshake(ctx context.Context, nc, raw net.Conn, u *url.URL, h Event, release func() error) (*Conn, *http.Response, error) {
+	fail := func(resp *http.Response, err error) (*Conn, *http.Response, error) {
+		nc.Close()
+		raw.Close()
+		release()
+		var de *DialError
+		if errors.As(err, &de) || errors.Is(err, ErrBadHandshake) {
+			return nil, resp, err
+		}
+		return nil, resp, dialFailed(ctx, u, err)
+	}
+	key := newChallengeKey()
+	req := d.request(u, key)
+	var buf bytes.Buffer
+	d.writeRequest(&buf, req)
+	if _, err := nc.Write(buf.Bytes()); err != nil {
+		return fail(nil, err)
+	}
+
+	// Read the head through a limit, so that a server cannot feed an
+	// endless header; the bytes bufio reads past the head are kept.
+	lr := &io.LimitedReader{R: nc, N: int64(d.cfg.MaxHeaderBytes)}
+	br := bufio.NewReaderSize(lr, 4096)
+	resp, err := http.ReadResponse(br, req)
+	if err != nil {
+		if lr.N == 0 {
+			err = fmt.Errorf("response head over %d bytes", d.cfg.MaxHeaderBytes)
+		}
+		return fail(nil, fmt.Errorf("reading the handshake response: %w", err))
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		lr.N = maxRefusalBody
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxRefusalBody))
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+		return fail(resp, &DialError{Status: resp.StatusCode, Header: resp.Header, Body: body})
+	}
+	subprotocol, params, err := d.checkResponse(resp, key)
+	if err != nil {
+		return fail(resp, err)
+	}
+	if err := release(); err != nil {
+		return fail(resp, err)
+	}
+	var buffered []byte
+	if n := br.Buffered(); n > 0 {
+		buffered, _ = br.Peek(n)
+	}
+	if h == nil {
+		h = BuiltinEventHandler{}
+	}
+	c := newConn(nc, d.cfg, h, false, buffered, subprotocol)
+	if params != nil {
+		c.deflate = newDeflateState(*params, &d.cfg.Compression, false)
+	}
+	return c, resp, nil
+}
+
+// newChallengeKey returns a Sec-WebSocket-Key: 16 random bytes in base64.
+func newChallengeKey() string {
+	var k [16]byte
+	rand.Read(k[:]) // never fails (crypto/rand)
+	return base64.StdEncoding.EncodeToString(k[:])
+}
+
+// request is the handshake request, as the response's Request reports it.
+func (d *dialer) request(u *url.URL, key string) *http.Request {
+	host := u.Host
+	if d.host != "" {
+		host = d.host
+	}
+	h := d.header.Clone()
+	h.Set("Upgrade", "websocket")
+	h.Set("Connection", "Upgrade")
+	h.Set("Sec-WebSocket-Key", key)
+	h.Set("Sec-WebSocket-Version", "13")
+	if d.protocol != "" {
+		h.Set("Sec-WebSocket-Protocol", d.protocol)
+	}
+	if d.offer != "" {
+		h.Set("Sec-WebSocket-Extensions", d.offer)
+	}
+	if u.User != nil && h.Get("Authorization") == "" {
+		pass, _ := u.User.Password()
+		h.Set("Authorization", "Basic "+basicAuth(u.User.Username(), pass))
+	}
+	return &http.Request{Method: http.MethodGet, URL: u, Host: host, Header: h,
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1}
+}
+
+// writeRequest writes the request head: the request line, Host, the
+// WebSocket headers, then the others in sorted order (newlines in values
+// become spaces).
+func (d *dialer) writeRequest(b *bytes.Buffer, req *http.Request) {
+	b.WriteString("GET ")
+	b.WriteString(req.URL.RequestURI())
+	b.WriteString(" HTTP/1.1\r\nHost: ")
+	b.WriteString(req.Host)
+	b.WriteString("\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: ")
+	b.WriteString(req.Header.Get("Sec-WebSocket-Key"))
+	b.WriteString("\r\nSec-WebSocket-Version: 13\r\n")
+	if d.protocol != "" {
+		b.WriteString("Sec-WebSocket-Protocol: " + d.protocol + "\r\n")
+	}
+	if d.offer != "" {
+		b.WriteString("Sec-WebSocket-Extensions: " + d.offer + "\r\n")
+	}
+	req.Header.WriteSubset(b, writtenHeaders)
+	b.WriteString("\r\n")
+}
+
+var writtenHeaders = map[string]bool{
+	"Upgrade": true, "Connection": true, "Sec-Websocket-Key": true, "Sec-Websocket-Version": true,
+	"Sec-Websocket-Protocol": true, "Sec-Websocket-Extensions": true,
+}
+
+// checkResponse checks a 101 response (RFC 6455 §4.1) and settles the
+// subprotocol and the permessage-deflate parameters.
+func (d *dialer) checkResponse(resp *http.Response, key string) (string, *deflateParams, error) {
+	h := resp.Header
+	if !handshake.HasToken(h, "Upgrade", "websocket") {
+		return "", nil, badHandshake("Upgrade header is %q, not websocket", h.Get("Upgrade"))
+	}
+	if !handshake.HasToken(h, "Connection", "upgrade") {
+		return "", nil, badHandshake("Connection header %q does not contain upgrade", h.Get("Connection"))
+	}
+	if accept := h.Values("Sec-WebSocket-Accept"); len(accept) != 1 || accept[0] != handshake.AcceptKey(key) {
+		return "", nil, badHandshake("Sec-WebSocket-Accept %q does not answer the key", accept)
+	}
+	var subprotocol string
+	switch protos := handshake.Tokens(h, "Sec-WebSocket-Protocol"); {
+	case len(protos) > 1:
+		return "", nil, badHandshake("the server selected several subprotocols: %q", protos)
+	case len(protos) == 1:
+		subprotocol = protos[0]
+		offered := false
+		for _, p := range d.cfg.Subprotocols {
+			offered = offered || p == subprotocol
+		}
+		if !offered {
+			return "", nil, badHandshake("the server selected subprotocol %q, which was not offered", subprotocol)
+		}
+	}
+	params, err := acceptDeflate(h, &d.cfg.Compression)
+	if err != nil {
+		return "", nil, err
+	}
+	return subprotocol, params, nil
+}
+
+// deflateOffer is the client's permessage-deflate offer. It always
+// includes client_max_window_bits, so that the server may bound the window
+// the client compresses with and keep a smaller one for reading.
+func deflateOffer(o *CompressionOptions) string {
+	b := []byte("permessage-deflate")
+	if o.ServerNoContextTakeover {
+		b = append(b, "; server_no_context_takeover"...)
+	}
+	if o.ClientNoContextTakeover {
+		b = append(b, "; client_no_context_takeover"...)
+	}
+	if o.ServerMaxWindowBits < maxWindowBits {
+		b = append(b, "; server_max_window_bits="...)
+		b = strconv.AppendInt(b, int64(o.ServerMaxWindowBits), 10)
+	}
+	b = append(b, "; client_max_window_bits"...)
+	if o.ClientMaxWindowBits < maxWindowBits {
+		b = append(b, '=')
+		b = strconv.AppendInt(b, int64(o.ClientMaxWindowBits), 10)
+	}
+	return string(b)
+}
+
+// acceptDeflate checks the server's answer to the offer deflateOffer made
+// (RFC 7692 §5, §7.1) and returns the parameters to use, or nil when the
+// server declined compression. Anything the offer does not allow fails the
+// handshake: an extension not offered, an unknown or repeated parameter, a
+// window larger than the one asked for, a parameter the server had to
+// echo and did not.
+func acceptDeflate(h http.Header, o *CompressionOptions) (*deflateParams, error) {
+	exts, err := handshake.Extensions(h)
+	if err != nil {
+		return nil, badHandshake("malformed Sec-WebSocket-Extensions %q", h.Values("Sec-WebSocket-Extensions"))
+	}
+	if len(exts) == 0 {
+		return nil, nil
+	}
+	ext := exts[0]
+	if !o.Enabled || !strings.EqualFold(ext.Name, "permessage-deflate") {
+		return nil, badHandshake("the server selected extension %q, which was not offered", ext.Name)
+	}
+	if len(exts) > 1 {
+		return nil, badHandshake("the server selected more extensions than offered: %q", h.Values("Sec-WebSocket-Extensions"))
+	}
+	p := &deflateParams{serverMaxWindowBits: maxWindowBits, clientMaxWindowBits: o.ClientMaxWindowBits}
+	seen := make(map[string]bool, len(ext.Params))
+	serverBits := false
+	for _, param := range ext.Params {
+		name := strings.ToLower(param.Name)
+		if seen[name] {
+			return nil, badHandshake("permessage-deflate parameter %s repeated", name)
+		}
+		seen[name] = true
+		switch name {
+		case "server_no_context_takeover", "client_no_context_takeover":
+			if param.HasValue {
+				return nil, badHandshake("permessage-deflate parameter %s takes no value", name)
+			}
+			if name == "server_no_context_takeover" {
+				p.serverNoContextTakeover = true
+			} else {
+				p.clientNoContextTakeover = true
+			}
+		case "server_max_window_bits", "client_max_window_bits":
+			bits, ok := parseWindowBits(param.Value)
+			if !ok {
+				return nil, badHandshake("permessage-deflate parameter %s=%q is not a window size from 8 to 15", name, param.Value)
+			}
+			if name == "server_max_window_bits" {
+				if bits > o.ServerMaxWindowBits {
+					return nil, badHandshake("server_max_window_bits=%d is over the %d offered", bits, o.ServerMaxWindowBits)
+				}
+				p.serverMaxWindowBits, serverBits = bits, true
+			} else {
+				if bits > o.ClientMaxWindowBits {
+					return nil, badHandshake("client_max_window_bits=%d is over the %d offered", bits, o.ClientMaxWindowBits)
+				}
+				p.clientMaxWindowBits = bits
+			}
+		default:
+			return nil, badHandshake("unknown permessage-deflate parameter %q", param.Name)
+		}
+	}
+	if o.ServerNoContextTakeover && !p.serverNoContextTakeover {
+		return nil, badHandshake("the server accepted permessage-deflate without the server_no_context_takeover offered")
+	}
+	if o.ServerMaxWindowBits < maxWindowBits && !serverBits {
+		return nil, badHandshake("the server accepted permessage-deflate without the server_max_window_bits offered")
+	}
+	// Dropping context is always allowed to the sender (RFC 7692 §7.1.1.2).
+	p.clientNoContextTakeover = p.clientNoContextTakeover || o.ClientNoContextTakeover
+	return p, nil
+}
+
+// isToken reports whether s is a non-empty HTTP token (RFC 9110 §5.6.2).
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// basicAuth is the credentials part of a Basic Authorization header.
+func basicAuth(user, pass string) string {
+	return base64.StdEncoding.EncodeToString([]byte(user + ":" + pass))
+}

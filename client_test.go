@@ -1,0 +1,1106 @@
+package gust
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gustws/gust/internal/handshake"
+)
+
+// The client tests dial gust servers (both paths), raw servers written from
+// RFC 6455 for the answers a gust server never gives, and go through real
+// proxies started on loopback (proxy_test.go).
+
+// dialRecorder is a client Event handler that keeps copies of the messages
+// it receives and reports OnClose.
+type dialRecorder struct {
+	BuiltinEventHandler
+	msgs   chan dialMsg
+	closed chan error
+}
+
+type dialMsg struct {
+	op   Opcode
+	data []byte
+}
+
+func newDialRecorder() *dialRecorder {
+	return &dialRecorder{msgs: make(chan dialMsg, 64), closed: make(chan error, 1)}
+}
+
+func (h *dialRecorder) OnMessage(_ *Conn, m *Message) {
+	h.msgs <- dialMsg{m.Opcode, bytes.Clone(m.Data)}
+	m.Close()
+}
+
+func (h *dialRecorder) OnClose(_ *Conn, err error) { h.closed <- err }
+
+func (h *dialRecorder) expect(t *testing.T, op Opcode, want []byte) {
+	t.Helper()
+	select {
+	case m := <-h.msgs:
+		require.Equal(t, op, m.op)
+		require.Equal(t, len(want), len(m.data))
+		require.True(t, bytes.Equal(want, m.data), "message content differs")
+	case err := <-h.closed:
+		t.Fatalf("connection ended while waiting for a message: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no message")
+	}
+}
+
+func (h *dialRecorder) waitClose(t *testing.T) error {
+	t.Helper()
+	select {
+	case err := <-h.closed:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal("OnClose was not called")
+		return nil
+	}
+}
+
+// runClient runs c's ReadLoop until the test ends; then it closes c
+// cleanly and waits for the loop to return.
+func runClient(t *testing.T, c *Conn) {
+	done := make(chan struct{})
+	go func() {
+		c.ReadLoop()
+		close(done)
+	}()
+	t.Cleanup(func() {
+		c.WriteClose(StatusNormalClosure, "")
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			c.NetConn().Close()
+			<-done
+		}
+	})
+}
+
+func testContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// dialTest dials url, requires success and runs the client.
+func dialTest(t *testing.T, url string, opts *DialOptions) (*Conn, *http.Response, *dialRecorder) {
+	t.Helper()
+	h := newDialRecorder()
+	c, resp, err := Dial(testContext(t), url, h, opts)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusSwitchingProtocols, resp.StatusCode)
+	runClient(t, c)
+	return c, resp, h
+}
+
+// serverSpy echoes like echoHandler and hands over each server-side Conn.
+type serverSpy struct {
+	*echoHandler
+	opened chan *Conn
+}
+
+func newServerSpy() serverSpy { return serverSpy{newEcho(), make(chan *Conn, 8)} }
+
+func (s serverSpy) OnOpen(c *Conn) { s.opened <- c }
+
+func (s serverSpy) conn(t *testing.T) *Conn {
+	t.Helper()
+	select {
+	case c := <-s.opened:
+		return c
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server opened no connection")
+		return nil
+	}
+}
+
+func randomBytes(n int) []byte {
+	b := make([]byte, n)
+	rand.Read(b)
+	return b
+}
+
+func TestDialEcho(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m serverMode) {
+		srv := newEcho()
+		addr := m.start(t, srv, nil)
+		c, resp, h := dialTest(t, "ws://"+addr+"/echo?room=1", nil)
+		require.False(t, c.Compressed())
+		require.Empty(t, c.Subprotocol())
+		require.NotEmpty(t, resp.Header.Get("Sec-WebSocket-Accept"))
+		require.Equal(t, "/echo?room=1", resp.Request.URL.RequestURI())
+
+		bigText := []byte(strings.Repeat("héllo wörld!!!", 65536)) // 16 bytes × 64 Ki: 1 MiB of UTF-8
+		require.Len(t, bigText, 1<<20)
+		cases := []struct {
+			op   Opcode
+			data []byte
+		}{
+			{OpText, []byte("hello")},
+			{OpBinary, []byte{0, 1, 2, 0xff}},
+			{OpText, nil},
+			{OpBinary, randomBytes(125)},
+			{OpBinary, randomBytes(126)},
+			{OpBinary, randomBytes(65536)},
+			{OpBinary, randomBytes(1 << 20)},
+			{OpText, bigText},
+		}
+		for _, tc := range cases {
+			require.NoError(t, c.WriteMessage(tc.op, tc.data))
+			h.expect(t, tc.op, tc.data)
+		}
+		require.NoError(t, c.WriteClose(4000, "bye"))
+		var ce *CloseError
+		require.ErrorAs(t, h.waitClose(t), &ce)
+		require.Equal(t, StatusCode(4000), ce.Code)
+		require.ErrorAs(t, srv.waitClose(t), &ce)
+		require.Equal(t, &CloseError{Code: 4000, Reason: "bye"}, ce)
+	})
+}
+
+// countingConn counts the bytes written through it.
+type countingConn struct {
+	net.Conn
+	written atomic.Int64
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	c.written.Add(int64(n))
+	return n, err
+}
+
+func TestDialCompression(t *testing.T) {
+	type side struct {
+		writeBits, readBits   int
+		writeNoCtx, readNoCtx bool
+	}
+	cases := []struct {
+		name           string
+		server, client CompressionOptions
+		compressed     bool
+		want           side // the client's deflate state
+		extensions     string
+	}{
+		{
+			name:       "context takeover",
+			server:     CompressionOptions{Enabled: true},
+			client:     CompressionOptions{Enabled: true},
+			compressed: true,
+			want:       side{15, 15, false, false},
+			extensions: "permessage-deflate",
+		},
+		{
+			name:       "server asks client_no_context_takeover",
+			server:     CompressionOptions{Enabled: true, ClientNoContextTakeover: true},
+			client:     CompressionOptions{Enabled: true},
+			compressed: true,
+			want:       side{15, 15, true, false},
+			extensions: "permessage-deflate; client_no_context_takeover",
+		},
+		{
+			name:       "client asks server_no_context_takeover",
+			server:     CompressionOptions{Enabled: true},
+			client:     CompressionOptions{Enabled: true, ServerNoContextTakeover: true},
+			compressed: true,
+			want:       side{15, 15, false, true},
+			extensions: "permessage-deflate; server_no_context_takeover",
+		},
+		{
+			name:       "client drops its own context",
+			server:     CompressionOptions{Enabled: true},
+			client:     CompressionOptions{Enabled: true, ClientNoContextTakeover: true},
+			compressed: true,
+			want:       side{15, 15, true, false},
+			extensions: "permessage-deflate; client_no_context_takeover",
+		},
+		{
+			name:       "no context takeover both ways",
+			server:     CompressionOptions{Enabled: true, ServerNoContextTakeover: true, ClientNoContextTakeover: true},
+			client:     CompressionOptions{Enabled: true},
+			compressed: true,
+			want:       side{15, 15, true, true},
+			extensions: "permessage-deflate; server_no_context_takeover; client_no_context_takeover",
+		},
+		{
+			name:       "window bits",
+			server:     CompressionOptions{Enabled: true, ClientMaxWindowBits: 10},
+			client:     CompressionOptions{Enabled: true, ServerMaxWindowBits: 11},
+			compressed: true,
+			want:       side{10, 11, false, false},
+			extensions: "permessage-deflate; server_max_window_bits=11; client_max_window_bits=10",
+		},
+		{
+			name:       "client window below the server's ask",
+			server:     CompressionOptions{Enabled: true, ClientMaxWindowBits: 12},
+			client:     CompressionOptions{Enabled: true, ClientMaxWindowBits: 9},
+			compressed: true,
+			want:       side{9, 15, false, false},
+			extensions: "permessage-deflate; client_max_window_bits=9",
+		},
+		{name: "server without compression", client: CompressionOptions{Enabled: true}},
+		{name: "client without compression", server: CompressionOptions{Enabled: true}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			forEachMode(t, func(t *testing.T, m serverMode) {
+				spy := newServerSpy()
+				addr := m.start(t, spy, &Options{Compression: tc.server})
+				var cc *countingConn
+				opts := &DialOptions{Options: Options{Compression: tc.client}}
+				opts.NetDialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+					nc, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+					if err != nil {
+						return nil, err
+					}
+					cc = &countingConn{Conn: nc}
+					return cc, nil
+				}
+				c, resp, h := dialTest(t, "ws://"+addr, opts)
+				sc := spy.conn(t)
+				require.Equal(t, tc.compressed, c.Compressed())
+				require.Equal(t, tc.compressed, sc.Compressed())
+				require.Equal(t, tc.extensions, resp.Header.Get("Sec-WebSocket-Extensions"))
+				if tc.compressed {
+					d := c.deflate
+					require.Equal(t, tc.want, side{d.writeBits, d.readBits, d.writeNoCtx, d.readNoCtx})
+				}
+
+				// Compressible messages over several rounds (context
+				// takeover carries state from one to the next), a small
+				// one under the threshold and incompressible bytes.
+				start := cc.written.Load()
+				var sent int
+				for i := 0; i < 20; i++ {
+					msg := []byte(strings.Repeat(`{"user":"ada","seq":`+string(rune('0'+i%10))+`,"text":"the quick brown fox"}`, 40))
+					require.NoError(t, c.WriteMessage(OpText, msg))
+					h.expect(t, OpText, msg)
+					sent += len(msg)
+				}
+				small := []byte("tiny")
+				require.NoError(t, c.WriteMessage(OpText, small))
+				h.expect(t, OpText, small)
+				noise := randomBytes(64 << 10)
+				require.NoError(t, c.WriteMessage(OpBinary, noise))
+				h.expect(t, OpBinary, noise)
+				compressedBytes := cc.written.Load() - start - int64(len(noise)) - int64(len(small))
+				if tc.compressed {
+					require.Less(t, compressedBytes, int64(sent/5), "client messages were not compressed")
+				} else {
+					require.Greater(t, compressedBytes, int64(sent))
+				}
+			})
+		})
+	}
+}
+
+func TestDialSubprotocol(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m serverMode) {
+		addr := m.start(t, newEcho(), &Options{Subprotocols: []string{"chat.v2", "chat.v1"}})
+		c, resp, _ := dialTest(t, "ws://"+addr, &DialOptions{Options: Options{Subprotocols: []string{"chat.v1", "chat.v2"}}})
+		require.Equal(t, "chat.v2", c.Subprotocol())
+		require.Equal(t, "chat.v1, chat.v2", resp.Request.Header.Get("Sec-WebSocket-Protocol"))
+
+		c, _, _ = dialTest(t, "ws://"+addr, &DialOptions{Options: Options{Subprotocols: []string{"other"}}})
+		require.Empty(t, c.Subprotocol())
+	})
+}
+
+func TestDialRefused(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m serverMode) {
+		addr := m.start(t, newEcho(), &Options{CheckOrigin: func(*http.Request) bool { return false }})
+		opts := &DialOptions{Header: http.Header{"Origin": {"https://elsewhere.example"}}}
+		c, resp, err := Dial(testContext(t), "ws://"+addr, nil, opts)
+		require.Nil(t, c)
+		var de *DialError
+		require.ErrorAs(t, err, &de)
+		require.Equal(t, http.StatusForbidden, de.Status)
+		require.Contains(t, string(de.Body), "origin not allowed")
+		require.Contains(t, err.Error(), "403 Forbidden")
+		require.Contains(t, err.Error(), "origin not allowed")
+		require.NotNil(t, resp)
+		require.Equal(t, http.StatusForbidden, resp.StatusCode)
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.Equal(t, de.Body, body)
+	})
+
+	t.Run("body cut at 1 KiB", func(t *testing.T) {
+		ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("X-Reason", "maintenance")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			w.Write(bytes.Repeat([]byte("z"), 5000))
+		}))
+		defer ts.Close()
+		_, resp, err := Dial(testContext(t), "ws"+strings.TrimPrefix(ts.URL, "http"), nil, nil)
+		var de *DialError
+		require.ErrorAs(t, err, &de)
+		require.Equal(t, http.StatusServiceUnavailable, de.Status)
+		require.Equal(t, "maintenance", de.Header.Get("X-Reason"))
+		require.Len(t, de.Body, 1024)
+		require.Equal(t, "maintenance", resp.Header.Get("X-Reason"))
+	})
+}
+
+func TestDialDoesNotFollowRedirects(t *testing.T) {
+	var hits atomic.Int32
+	mux := http.NewServeMux()
+	mux.HandleFunc("/old", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/new", http.StatusFound)
+	})
+	mux.HandleFunc("/new", func(w http.ResponseWriter, r *http.Request) { hits.Add(1) })
+	ts := httptest.NewServer(mux)
+	defer ts.Close()
+
+	c, resp, err := Dial(testContext(t), "ws"+strings.TrimPrefix(ts.URL, "http")+"/old", nil, nil)
+	require.Nil(t, c)
+	var de *DialError
+	require.ErrorAs(t, err, &de)
+	require.Equal(t, http.StatusFound, de.Status)
+	require.Equal(t, "/new", de.Header.Get("Location"))
+	require.Contains(t, err.Error(), `redirect to "/new" not followed`)
+	require.Equal(t, http.StatusFound, resp.StatusCode)
+	require.Zero(t, hits.Load())
+}
+
+// rawServer accepts connections on loopback and hands each to serve in
+// its own goroutine; it stops, closing what is open, when the test ends.
+func rawServer(t *testing.T, serve func(nc net.Conn)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, nc)
+			mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				serve(nc)
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, nc := range conns {
+			nc.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return ln.Addr().String()
+}
+
+// answer reads a handshake request and writes the response respond makes;
+// the request goes to reqs when it is not nil.
+func answer(respond func(key string) string, reqs chan<- *http.Request) func(net.Conn) {
+	return func(nc net.Conn) {
+		req, err := http.ReadRequest(bufio.NewReader(nc))
+		if err != nil {
+			return
+		}
+		if reqs != nil {
+			reqs <- req
+		}
+		io.WriteString(nc, respond(req.Header.Get("Sec-WebSocket-Key")))
+		io.Copy(io.Discard, nc) // hold the connection until the client closes it
+	}
+}
+
+func switching(key string, extra ...string) string {
+	s := "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+		"Sec-WebSocket-Accept: " + handshake.AcceptKey(key) + "\r\n"
+	for _, h := range extra {
+		s += h + "\r\n"
+	}
+	return s + "\r\n"
+}
+
+func TestDialChecksTheResponse(t *testing.T) {
+	deflate := CompressionOptions{Enabled: true}
+	cases := []struct {
+		name     string
+		opts     Options
+		response func(key string) string
+		want     string
+	}{
+		{"wrong accept", Options{}, func(string) string {
+			return switching("dGhlIHNhbXBsZSBub25jZQ==")
+		}, "Sec-WebSocket-Accept"},
+		{"no accept", Options{}, func(string) string {
+			return "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
+		}, "Sec-WebSocket-Accept"},
+		{"no upgrade", Options{}, func(key string) string {
+			return "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " + handshake.AcceptKey(key) + "\r\n\r\n"
+		}, "Upgrade header"},
+		{"no connection upgrade", Options{}, func(key string) string {
+			return "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: keep-alive\r\nSec-WebSocket-Accept: " + handshake.AcceptKey(key) + "\r\n\r\n"
+		}, "Connection header"},
+		{"subprotocol not offered", Options{Subprotocols: []string{"a"}}, func(key string) string {
+			return switching(key, "Sec-WebSocket-Protocol: b")
+		}, `subprotocol "b", which was not offered`},
+		{"subprotocol when none offered", Options{}, func(key string) string {
+			return switching(key, "Sec-WebSocket-Protocol: a")
+		}, "not offered"},
+		{"two subprotocols", Options{Subprotocols: []string{"a", "b"}}, func(key string) string {
+			return switching(key, "Sec-WebSocket-Protocol: a, b")
+		}, "several subprotocols"},
+		{"deflate not offered", Options{}, func(key string) string {
+			return switching(key, "Sec-WebSocket-Extensions: permessage-deflate")
+		}, `extension "permessage-deflate", which was not offered`},
+		{"unknown extension", Options{Compression: deflate}, func(key string) string {
+			return switching(key, "Sec-WebSocket-Extensions: x-webkit-deflate-frame")
+		}, "not offered"},
+		{"two extensions", Options{Compression: deflate}, func(key string) string {
+			return switching(key, "Sec-WebSocket-Extensions: permessage-deflate, permessage-deflate")
+		}, "more extensions"},
+		{"malformed extensions", Options{Compression: deflate}, func(key string) string {
+			return switching(key, "Sec-WebSocket-Extensions: permessage-deflate; =")
+		}, "malformed"},
+		{"unknown parameter", Options{Compression: deflate}, func(key string) string {
+			return switching(key, "Sec-WebSocket-Extensions: permessage-deflate; mem_level=4")
+		}, `unknown permessage-deflate parameter "mem_level"`},
+		{"repeated parameter", Options{Compression: deflate}, func(key string) string {
+			return switching(key, "Sec-WebSocket-Extensions: permessage-deflate; server_no_context_takeover; server_no_context_takeover")
+		}, "repeated"},
+		{"value on a flag", Options{Compression: deflate}, func(key string) string {
+			return switching(key, "Sec-WebSocket-Extensions: permessage-deflate; client_no_context_takeover=1")
+		}, "takes no value"},
+		{"server window 16", Options{Compression: deflate}, func(key string) string {
+			return switching(key, "Sec-WebSocket-Extensions: permessage-deflate; server_max_window_bits=16")
+		}, "not a window size"},
+		{"server window with a leading zero", Options{Compression: deflate}, func(key string) string {
+			return switching(key, "Sec-WebSocket-Extensions: permessage-deflate; server_max_window_bits=09")
+		}, "not a window size"},
+		{"server window over the offer", Options{Compression: CompressionOptions{Enabled: true, ServerMaxWindowBits: 10}}, func(key string) string {
+			return switching(key, "Sec-WebSocket-Extensions: permessage-deflate; server_max_window_bits=12")
+		}, "server_max_window_bits=12 is over the 10 offered"},
+		{"server window offered but not answered", Options{Compression: CompressionOptions{Enabled: true, ServerMaxWindowBits: 10}}, func(key string) string {
+			return switching(key, "Sec-WebSocket-Extensions: permessage-deflate")
+		}, "without the server_max_window_bits"},
+		{"server_no_context_takeover offered but not answered", Options{Compression: CompressionOptions{Enabled: true, ServerNoContextTakeover: true}}, func(key string) string {
+			return switching(key, "Sec-WebSocket-Extensions: permessage-deflate")
+		}, "without the server_no_context_takeover"},
+		{"client window without a value", Options{Compression: deflate}, func(key string) string {
+			return switching(key, "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits")
+		}, "not a window size"},
+		{"client window over the offer", Options{Compression: CompressionOptions{Enabled: true, ClientMaxWindowBits: 10}}, func(key string) string {
+			return switching(key, "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits=12")
+		}, "client_max_window_bits=12 is over the 10 offered"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			addr := rawServer(t, answer(tc.response, nil))
+			c, resp, err := Dial(testContext(t), "ws://"+addr, nil, &DialOptions{Options: tc.opts})
+			require.Nil(t, c)
+			require.ErrorIs(t, err, ErrBadHandshake)
+			require.Contains(t, err.Error(), tc.want)
+			require.NotNil(t, resp)
+			require.Equal(t, http.StatusSwitchingProtocols, resp.StatusCode)
+		})
+	}
+}
+
+func TestDialAcceptsWhatRFC7692Allows(t *testing.T) {
+	cases := []struct {
+		name     string
+		offer    CompressionOptions
+		response string
+		want     deflateParams
+	}{
+		{"plain", CompressionOptions{Enabled: true}, "permessage-deflate",
+			deflateParams{serverMaxWindowBits: 15, clientMaxWindowBits: 15}},
+		{"server bounds both windows and drops our context", CompressionOptions{Enabled: true},
+			"PerMessage-Deflate; Server_Max_Window_Bits=9; client_max_window_bits=\"8\"; client_no_context_takeover",
+			deflateParams{serverMaxWindowBits: 9, clientMaxWindowBits: 8, clientNoContextTakeover: true}},
+		{"server drops its context unasked", CompressionOptions{Enabled: true}, "permessage-deflate; server_no_context_takeover",
+			deflateParams{serverMaxWindowBits: 15, clientMaxWindowBits: 15, serverNoContextTakeover: true}},
+		{"everything offered, everything answered",
+			CompressionOptions{Enabled: true, ServerNoContextTakeover: true, ClientNoContextTakeover: true, ServerMaxWindowBits: 10, ClientMaxWindowBits: 11},
+			"permessage-deflate; server_no_context_takeover; server_max_window_bits=10; client_max_window_bits=11",
+			deflateParams{serverMaxWindowBits: 10, clientMaxWindowBits: 11, serverNoContextTakeover: true, clientNoContextTakeover: true}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			reqs := make(chan *http.Request, 1)
+			addr := rawServer(t, answer(func(key string) string {
+				return switching(key, "Sec-WebSocket-Extensions: "+tc.response)
+			}, reqs))
+			c, _, err := Dial(testContext(t), "ws://"+addr, nil, &DialOptions{Options: Options{Compression: tc.offer}})
+			require.NoError(t, err)
+			defer c.NetConn().Close()
+			o := tc.offer
+			o.withDefaults()
+			require.Equal(t, deflateOffer(&o), (<-reqs).Header.Get("Sec-WebSocket-Extensions"))
+			require.True(t, c.Compressed())
+			d := c.deflate
+			p := tc.want
+			require.Equal(t, []any{p.clientMaxWindowBits, p.serverMaxWindowBits, p.clientNoContextTakeover, p.serverNoContextTakeover},
+				[]any{d.writeBits, d.readBits, d.writeNoCtx, d.readNoCtx})
+		})
+	}
+}
+
+func TestDeflateOffer(t *testing.T) {
+	for _, tc := range []struct {
+		o    CompressionOptions
+		want string
+	}{
+		{CompressionOptions{}, "permessage-deflate; client_max_window_bits"},
+		{CompressionOptions{ServerNoContextTakeover: true, ClientNoContextTakeover: true},
+			"permessage-deflate; server_no_context_takeover; client_no_context_takeover; client_max_window_bits"},
+		{CompressionOptions{ServerMaxWindowBits: 9, ClientMaxWindowBits: 8},
+			"permessage-deflate; server_max_window_bits=9; client_max_window_bits=8"},
+	} {
+		o := tc.o
+		o.withDefaults()
+		require.Equal(t, tc.want, deflateOffer(&o))
+		// The offer must be one a gust server accepts as it is.
+		exts, err := handshake.Extensions(http.Header{"Sec-Websocket-Extensions": {tc.want}})
+		require.NoError(t, err)
+		_, ok := negotiateDeflate(exts, &o)
+		require.True(t, ok)
+	}
+}
+
+// TestDialRequestAndEarlyBytes checks the request a raw server receives,
+// that bytes the server sends right after its 101 (in the same segment)
+// reach the client, and that the client masks what it writes.
+func TestDialRequestAndEarlyBytes(t *testing.T) {
+	reqs := make(chan *http.Request, 1)
+	frames := make(chan []byte, 1)
+	errs := make(chan error, 1)
+	addr := rawServer(t, func(nc net.Conn) {
+		br := bufio.NewReader(nc)
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			errs <- err
+			return
+		}
+		reqs <- req
+		resp := switching(req.Header.Get("Sec-WebSocket-Key"), "Sec-WebSocket-Protocol: v1")
+		out := append([]byte(resp), encodeFrame(0x81, []byte("early"), false)...)
+		out = append(out, encodeFrame(0x89, []byte("ping?"), false)...)
+		if _, err := nc.Write(out); err != nil {
+			errs <- err
+			return
+		}
+		// The pong, then one message: both must be masked.
+		for i := 0; i < 2; i++ {
+			var h [2]byte
+			if _, err := io.ReadFull(br, h[:]); err != nil {
+				errs <- err
+				return
+			}
+			if h[1]&0x80 == 0 {
+				errs <- errors.New("client frame not masked")
+				return
+			}
+			n := int(h[1] & 0x7f)
+			if n == 126 {
+				var e [2]byte
+				io.ReadFull(br, e[:])
+				n = int(binary.BigEndian.Uint16(e[:]))
+			}
+			var key [4]byte
+			io.ReadFull(br, key[:])
+			p := make([]byte, n)
+			if _, err := io.ReadFull(br, p); err != nil {
+				errs <- err
+				return
+			}
+			for i := range p {
+				p[i] ^= key[i&3]
+			}
+			frames <- append([]byte{h[0]}, p...)
+		}
+		io.Copy(io.Discard, br)
+	})
+
+	h := newDialRecorder()
+	opts := &DialOptions{
+		Options: Options{Subprotocols: []string{"v1", "v2"}, Compression: CompressionOptions{Enabled: true}},
+		Header:  http.Header{"Origin": {"https://app.example"}, "X-Trace": {"a", "b"}, "Host": {"virtual.example"}},
+	}
+	c, resp, err := Dial(testContext(t), "ws://alice:pw@"+addr+"/path?q=1", h, opts)
+	require.NoError(t, err)
+	runClient(t, c)
+	require.Equal(t, "v1", c.Subprotocol())
+	require.False(t, c.Compressed())
+
+	req := <-reqs
+	require.Equal(t, "/path?q=1", req.RequestURI)
+	require.Equal(t, "virtual.example", req.Host)
+	require.Equal(t, "websocket", req.Header.Get("Upgrade"))
+	require.Equal(t, "Upgrade", req.Header.Get("Connection"))
+	require.Equal(t, "13", req.Header.Get("Sec-WebSocket-Version"))
+	require.True(t, handshake.ValidKey(req.Header.Get("Sec-WebSocket-Key")))
+	require.Equal(t, "v1, v2", req.Header.Get("Sec-WebSocket-Protocol"))
+	require.Equal(t, "permessage-deflate; client_max_window_bits", req.Header.Get("Sec-WebSocket-Extensions"))
+	require.Equal(t, "https://app.example", req.Header.Get("Origin"))
+	require.Equal(t, []string{"a", "b"}, req.Header.Values("X-Trace"))
+	require.Equal(t, "Basic "+base64.StdEncoding.EncodeToString([]byte("alice:pw")), req.Header.Get("Authorization"))
+	require.Empty(t, req.Header.Get("User-Agent"))
+	require.Equal(t, req.Header.Get("Sec-WebSocket-Key"), resp.Request.Header.Get("Sec-WebSocket-Key"))
+
+	h.expect(t, OpText, []byte("early"))
+	var got [][]byte
+	for len(got) < 1 {
+		select {
+		case f := <-frames:
+			got = append(got, f)
+		case err := <-errs:
+			t.Fatal(err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("no pong")
+		}
+	}
+	require.Equal(t, append([]byte{0x8a}, "ping?"...), got[0])
+	msg := bytes.Repeat([]byte("m"), 300)
+	require.NoError(t, c.WriteMessage(OpBinary, msg))
+	select {
+	case f := <-frames:
+		require.Equal(t, append([]byte{0x82}, msg...), f)
+	case err := <-errs:
+		t.Fatal(err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no message")
+	}
+}
+
+func TestDialRejectsBadInput(t *testing.T) {
+	ctx := testContext(t)
+	for _, tc := range []struct {
+		url  string
+		opts *DialOptions
+		want string
+	}{
+		{"http://example.com/", nil, "scheme must be ws or wss"},
+		{"ws:///path", nil, "no host"},
+		{"ws://example.com/#frag", nil, "fragment"},
+		{"ws://example.com/", &DialOptions{Header: http.Header{"Sec-WebSocket-Protocol": {"x"}}}, "set by the handshake itself"},
+		{"ws://example.com/", &DialOptions{Header: http.Header{"Connection": {"close"}}}, "set by the handshake itself"},
+		{"ws://example.com/", &DialOptions{Header: http.Header{"Bad Name": {"x"}}}, "invalid request header name"},
+		{"ws://example.com/", &DialOptions{Header: http.Header{"Host": {"a\r\nb"}}}, "invalid Host"},
+		{"ws://example.com/", &DialOptions{Options: Options{Subprotocols: []string{"a b"}}}, "invalid subprotocol"},
+	} {
+		c, resp, err := Dial(ctx, tc.url, nil, tc.opts)
+		require.Nil(t, c)
+		require.Nil(t, resp)
+		require.ErrorContains(t, err, tc.want, tc.url)
+	}
+}
+
+func TestDialBoundedByContext(t *testing.T) {
+	accepted := make(chan net.Conn, 8)
+	addr := rawServer(t, func(nc net.Conn) {
+		accepted <- nc
+		io.Copy(io.Discard, nc) // never answers
+	})
+	expectClosed := func(t *testing.T) {
+		t.Helper()
+		nc := <-accepted
+		nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err := nc.Read(make([]byte, 1))
+		require.ErrorIs(t, err, io.EOF, "the client did not close its connection")
+	}
+
+	t.Run("deadline", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		_, resp, err := Dial(ctx, "ws://"+addr, nil, nil)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.Nil(t, resp)
+		require.Less(t, time.Since(start), 3*time.Second)
+		expectClosed(t)
+	})
+	t.Run("cancel", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(200*time.Millisecond, cancel)
+		start := time.Now()
+		_, _, err := Dial(ctx, "ws://"+addr, nil, nil)
+		require.ErrorIs(t, err, context.Canceled)
+		require.Less(t, time.Since(start), 3*time.Second)
+		expectClosed(t)
+	})
+	t.Run("HandshakeTimeout", func(t *testing.T) {
+		start := time.Now()
+		_, _, err := Dial(context.Background(), "ws://"+addr, nil, &DialOptions{Options: Options{HandshakeTimeout: 200 * time.Millisecond}})
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.Less(t, time.Since(start), 3*time.Second)
+		expectClosed(t)
+	})
+	t.Run("context ends after Dial returned", func(t *testing.T) {
+		srv := newEcho()
+		addr := startServer(t, srv, nil)
+		ctx, cancel := context.WithCancel(context.Background())
+		h := newDialRecorder()
+		c, _, err := Dial(ctx, "ws://"+addr, h, nil)
+		require.NoError(t, err)
+		runClient(t, c)
+		cancel()
+		time.Sleep(50 * time.Millisecond)
+		require.NoError(t, c.WriteString("still here"))
+		h.expect(t, OpText, []byte("still here"))
+	})
+}
+
+func TestDialConnectionRefused(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	ln.Close()
+	_, resp, err := Dial(testContext(t), "ws://"+addr, nil, nil)
+	require.Nil(t, resp)
+	require.ErrorContains(t, err, "connection refused")
+	require.ErrorContains(t, err, "gust: dial ws://"+addr)
+}
+
+// dialTestCert makes a self-signed certificate for names (host names or
+// IP addresses) and a pool that trusts it.
+func dialTestCert(t *testing.T, names ...string) (tls.Certificate, *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(time.Now().UnixNano()),
+		Subject:               pkix.Name{CommonName: names[0]},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	for _, n := range names {
+		if ip := net.ParseIP(n); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, n)
+		}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	leaf, err := x509.ParseCertificate(der)
+	require.NoError(t, err)
+	pool := x509.NewCertPool()
+	pool.AddCert(leaf)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
+}
+
+// startTLSServer serves gust over TLS on loopback with cert, and reports
+// the server name each client asked for (SNI).
+func startTLSServer(t *testing.T, h Event, opts *Options, cert tls.Certificate) (addr string, sni chan string) {
+	t.Helper()
+	sni = make(chan string, 8)
+	cfg := &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		NextProtos:   []string{"h2", "http/1.1"}, // a server that would pick h2 if offered
+		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+			sni <- hello.ServerName
+			return nil, nil
+		},
+	}
+	s := NewServer(h, opts)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(tls.NewListener(ln, cfg)) }()
+	t.Cleanup(func() {
+		require.NoError(t, s.Close())
+		require.ErrorIs(t, <-done, ErrServerClosed)
+	})
+	return ln.Addr().String(), sni
+}
+
+// redirectDial connects every dial to addr, and records the addresses
+// asked for.
+func redirectDial(addr string, asked chan<- string) func(ctx context.Context, network, a string) (net.Conn, error) {
+	return func(ctx context.Context, network, a string) (net.Conn, error) {
+		asked <- a
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}
+}
+
+func TestDialTLS(t *testing.T) {
+	cert, pool := dialTestCert(t, "gust.test")
+	addr, sni := startTLSServer(t, newEcho(), &Options{Compression: CompressionOptions{Enabled: true}}, cert)
+
+	t.Run("custom roots and SNI", func(t *testing.T) {
+		asked := make(chan string, 1)
+		opts := &DialOptions{
+			Options:        Options{TLSConfig: &tls.Config{RootCAs: pool}, Compression: CompressionOptions{Enabled: true}},
+			NetDialContext: redirectDial(addr, asked),
+		}
+		c, _, h := dialTest(t, "wss://gust.test/secure", opts)
+		require.Equal(t, "gust.test:443", <-asked)
+		require.Equal(t, "gust.test", <-sni)
+		tc, ok := c.NetConn().(*tls.Conn)
+		require.True(t, ok)
+		require.Equal(t, "http/1.1", tc.ConnectionState().NegotiatedProtocol)
+		require.True(t, c.Compressed())
+		big := bytes.Repeat([]byte("secure "), 150000)
+		require.NoError(t, c.WriteMessage(OpText, big))
+		h.expect(t, OpText, big)
+		require.NoError(t, c.WriteString("done"))
+		h.expect(t, OpText, []byte("done"))
+	})
+	t.Run("explicit ServerName wins", func(t *testing.T) {
+		asked := make(chan string, 1)
+		opts := &DialOptions{
+			Options:        Options{TLSConfig: &tls.Config{RootCAs: pool, ServerName: "gust.test"}},
+			NetDialContext: redirectDial(addr, asked),
+		}
+		dialTest(t, "wss://"+addr, opts)
+		require.Equal(t, addr, <-asked)
+		require.Equal(t, "gust.test", <-sni)
+	})
+	t.Run("unknown authority", func(t *testing.T) {
+		opts := &DialOptions{NetDialContext: redirectDial(addr, make(chan string, 1))}
+		_, resp, err := Dial(testContext(t), "wss://gust.test/", nil, opts)
+		require.Nil(t, resp)
+		var ua x509.UnknownAuthorityError
+		require.ErrorAs(t, err, &ua)
+		<-sni
+	})
+	t.Run("wrong name", func(t *testing.T) {
+		opts := &DialOptions{Options: Options{TLSConfig: &tls.Config{RootCAs: pool}}, NetDialContext: redirectDial(addr, make(chan string, 1))}
+		_, _, err := Dial(testContext(t), "wss://other.test/", nil, opts)
+		var he x509.HostnameError
+		require.ErrorAs(t, err, &he)
+		<-sni
+	})
+}
+
+// pipeListener hands net.Pipe ends to a Server.
+type pipeListener struct {
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
+}
+
+func newPipeListener() *pipeListener {
+	return &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}
+}
+
+func (l *pipeListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *pipeListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *pipeListener) Addr() net.Addr { return pipeAddr{} }
+
+// dial returns the client end of a new pipe whose server end is accepted.
+func (l *pipeListener) dial() net.Conn {
+	client, server := net.Pipe()
+	l.conns <- server
+	return client
+}
+
+type pipeAddr struct{}
+
+func (pipeAddr) Network() string { return "pipe" }
+func (pipeAddr) String() string  { return "pipe" }
+
+func serveOn(t *testing.T, ln net.Listener, h Event, opts *Options) {
+	t.Helper()
+	s := NewServer(h, opts)
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ln) }()
+	t.Cleanup(func() {
+		require.NoError(t, s.Close())
+		require.ErrorIs(t, <-done, ErrServerClosed)
+	})
+}
+
+func TestNewClientFromConn(t *testing.T) {
+	opts := &Options{Compression: CompressionOptions{Enabled: true}, Subprotocols: []string{"p"}}
+	dopts := &DialOptions{Options: *opts}
+	exchange := func(t *testing.T, c *Conn, h *dialRecorder) {
+		require.True(t, c.Compressed())
+		require.Equal(t, "p", c.Subprotocol())
+		for _, msg := range [][]byte{[]byte("over a pipe"), bytes.Repeat([]byte("abc"), 100000), randomBytes(1 << 20)} {
+			require.NoError(t, c.WriteMessage(OpBinary, msg))
+			h.expect(t, OpBinary, msg)
+		}
+	}
+
+	t.Run("net.Pipe", func(t *testing.T) {
+		ln := newPipeListener()
+		serveOn(t, ln, newEcho(), opts)
+		h := newDialRecorder()
+		c, resp, err := NewClientFromConn(testContext(t), ln.dial(), "ws://in-memory/chat", h, dopts)
+		require.NoError(t, err)
+		require.Equal(t, "in-memory", resp.Request.Host)
+		runClient(t, c)
+		exchange(t, c, h)
+	})
+	t.Run("unix socket", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "gust.sock")
+		ln, err := net.Listen("unix", path)
+		require.NoError(t, err)
+		serveOn(t, ln, newEcho(), opts)
+		nc, err := net.Dial("unix", path)
+		require.NoError(t, err)
+		h := newDialRecorder()
+		c, _, err := NewClientFromConn(testContext(t), nc, "ws://localhost/", h, dopts)
+		require.NoError(t, err)
+		runClient(t, c)
+		exchange(t, c, h)
+	})
+	t.Run("refused, and the conn is closed", func(t *testing.T) {
+		client, server := net.Pipe()
+		defer server.Close()
+		go func() {
+			br := bufio.NewReader(server)
+			http.ReadRequest(br)
+			io.WriteString(server, "HTTP/1.1 404 Not Found\r\nContent-Length: 4\r\n\r\nnope")
+		}()
+		_, resp, err := NewClientFromConn(testContext(t), client, "ws://x/", nil, nil)
+		var de *DialError
+		require.ErrorAs(t, err, &de)
+		require.Equal(t, []byte("nope"), de.Body)
+		require.Equal(t, http.StatusNotFound, resp.StatusCode)
+		_, err = client.Write([]byte("x"))
+		require.ErrorIs(t, err, io.ErrClosedPipe)
+	})
+	t.Run("a pipe that never answers", func(t *testing.T) {
+		client, server := net.Pipe()
+		defer server.Close()
+		go io.Copy(io.Discard, server)
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		_, _, err := NewClientFromConn(ctx, client, "ws://x/", nil, nil)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+	})
+	t.Run("bad URL closes the conn", func(t *testing.T) {
+		client, server := net.Pipe()
+		defer server.Close()
+		_, _, err := NewClientFromConn(testContext(t), client, "tcp://x/", nil, nil)
+		require.ErrorContains(t, err, "scheme")
+		_, err = client.Write([]byte("x"))
+		require.ErrorIs(t, err, io.ErrClosedPipe)
+	})
+}
+
+func TestDialResponseHeadLimit(t *testing.T) {
+	addr := rawServer(t, answer(func(key string) string {
+		return switching(key, "X-Big: "+strings.Repeat("b", 8000))
+	}, nil))
+	_, _, err := Dial(testContext(t), "ws://"+addr, nil, &DialOptions{Options: Options{MaxHeaderBytes: 4096}})
+	require.ErrorContains(t, err, "response head over 4096 bytes")
+
+	c, _, err := Dial(testContext(t), "ws://"+addr, nil, nil)
+	require.NoError(t, err)
+	c.NetConn().Close()
+}
+
+// raceBuild reports whether the test binary was built with -race, under
+// which sync.Pool drops items at random (so pooled code allocates).
+func raceBuild() bool {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return false
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "-race" {
+			return s.Value == "true"
+		}
+	}
+	return false
+}
+
+func TestClientWriteDoesNotAllocate(t *testing.T) {
+	if raceBuild() {
+		t.Skip("the race detector makes sync.Pool drop items at random; see BenchmarkDialWriteMessage1KiB")
+	}
+	addr := startServer(t, newFuncHandler(), nil)
+	c, _, _ := dialTest(t, "ws://"+addr, nil)
+	p := randomBytes(1024)
+	allocs := testing.AllocsPerRun(1000, func() {
+		if err := c.WriteMessage(OpBinary, p); err != nil {
+			t.Fatal(err)
+		}
+	})
+	require.Zero(t, allocs)
+}
+
+// BenchmarkDialWriteMessage1KiB writes masked 1 KiB messages from a dialed
+// client over loopback TCP to a gust server that discards them.
+func BenchmarkDialWriteMessage1KiB(b *testing.B) {
+	s := NewServer(discardHandler{}, nil)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go s.Serve(ln)
+	defer s.Close()
+	c, _, err := Dial(context.Background(), "ws://"+ln.Addr().String(), nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		c.ReadLoop()
+		close(done)
+	}()
+	p := randomBytes(1024)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(p)))
+	for b.Loop() {
+		if err := c.WriteMessage(OpBinary, p); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	c.WriteClose(StatusNormalClosure, "")
+	<-done
+}
