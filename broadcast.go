@@ -1,0 +1,145 @@
+package gust
+
+import (
+	"sync"
+
+	"github.com/gustws/gust/internal/bufpool"
+)
+
+// PreparedMessage is a message framed once and written to any number of
+// server connections: the frame is built once, and compressed once per
+// distinct compression setting the receivers negotiated, so that a
+// broadcast costs one copy per receiver and no allocation.
+//
+// A PreparedMessage is safe for concurrent use and must not be changed
+// after it is made. It is for messages a server sends; client connections
+// (which mask each frame) frame it themselves.
+type PreparedMessage struct {
+	op      Opcode
+	payload []byte
+	plain   []byte // header and payload, unmasked
+
+	mu         sync.Mutex
+	compressed map[compressKey][]byte // header and deflated payload, RSV1 set
+}
+
+// compressKey is what makes two compressed frames differ: the level and
+// the window.
+type compressKey struct {
+	level, bits int
+}
+
+// NewPreparedMessage frames p as a message of type op (OpText or OpBinary).
+// It keeps its own copy of p.
+func NewPreparedMessage(op Opcode, p []byte) (*PreparedMessage, error) {
+	if op != OpText && op != OpBinary {
+		return nil, errBadOpcode
+	}
+	var hdr [maxHeaderSize]byte
+	hn := putHeader(hdr[:], op, len(p), false, [4]byte{})
+	plain := make([]byte, hn+len(p))
+	copy(plain, hdr[:hn])
+	copy(plain[hn:], p)
+	return &PreparedMessage{op: op, payload: plain[hn:], plain: plain}, nil
+}
+
+// Opcode returns the message type.
+func (pm *PreparedMessage) Opcode() Opcode { return pm.op }
+
+// Payload returns the message's bytes; they must not be changed.
+func (pm *PreparedMessage) Payload() []byte { return pm.payload }
+
+// frameFor returns the compressed frame for d's setting, compressing it the
+// first time it is asked for. The payload is compressed from an empty
+// window, so any receiver can take it, whatever its context.
+func (pm *PreparedMessage) frameFor(d *deflateState) ([]byte, error) {
+	key := compressKey{level: d.level, bits: d.writeBits}
+	pm.mu.Lock()
+	defer pm.mu.Unlock()
+	if f, ok := pm.compressed[key]; ok {
+		return f, nil
+	}
+	var s sink
+	fw := d.getWriter(&s)
+	_, err := fw.Write(pm.payload)
+	if err == nil {
+		err = fw.Flush()
+	}
+	d.putWriter(fw)
+	if err != nil {
+		bufpool.Put(s.buf)
+		return nil, err
+	}
+	z := (*s.buf)[:max(0, s.n-4)] // without the sync tail
+	var hdr [maxHeaderSize]byte
+	hn := putHeader(hdr[:], pm.op|rsv1, len(z), false, [4]byte{})
+	f := make([]byte, hn+len(z))
+	copy(f, hdr[:hn])
+	copy(f[hn:], z)
+	bufpool.Put(s.buf)
+	if pm.compressed == nil {
+		pm.compressed = make(map[compressKey][]byte)
+	}
+	pm.compressed[key] = f
+	return f, nil
+}
+
+// WritePrepared sends a prepared message: compressed when the connection
+// negotiated permessage-deflate and the message reaches the threshold,
+// as WriteMessage would. On a client connection it frames the payload
+// as WriteMessage does.
+func (c *Conn) WritePrepared(pm *PreparedMessage) error {
+	if !c.server {
+		return c.WriteMessage(pm.op, pm.payload)
+	}
+	c.wr.mu.Lock()
+	defer c.wr.mu.Unlock()
+	if err := c.writableLocked(); err != nil {
+		return err
+	}
+	d := c.deflate
+	if d == nil || len(pm.payload) < d.threshold {
+		return c.writeRawLocked(pm.plain)
+	}
+	f, err := pm.frameFor(d)
+	if err != nil {
+		return err
+	}
+	if !d.writeNoCtx {
+		// The peer's window now holds this message: the connection's own
+		// compressor must resume from the same window.
+		d.sent = slideWindow(d.sent, pm.payload, 1<<d.writeBits)
+		if d.fw != nil {
+			d.putWriter(d.fw)
+			d.fw = nil
+		}
+	}
+	return c.writeRawLocked(f)
+}
+
+// writeRawLocked writes a complete frame: appended to the cork buffer while
+// corked, else written at once.
+func (c *Conn) writeRawLocked(frame []byte) error {
+	w := &c.wr
+	limit := c.cfg.WriteBufferSize
+	if w.buf != nil && len(*w.buf)+len(frame) > limit {
+		if err := c.flushLocked(); err != nil {
+			return err
+		}
+	}
+	if !w.corked || len(frame) > limit {
+		if w.buf != nil {
+			if err := c.flushLocked(); err != nil {
+				return err
+			}
+		}
+		_, err := c.conn.Write(frame)
+		return c.writeFailed(err)
+	}
+	if w.buf == nil {
+		w.buf = bufpool.Get(limit)
+		*w.buf = (*w.buf)[:0]
+	}
+	*w.buf = append(*w.buf, frame...)
+	return nil
+}
