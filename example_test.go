@@ -1,19 +1,14 @@
 package gust_test
 
 import (
-	"bufio"
 	"context"
-	"crypto/rand"
-	"crypto/sha1"
-	"encoding/base64"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"time"
 
 	"github.com/gustws/gust"
@@ -29,6 +24,33 @@ func (echo) OnMessage(c *gust.Conn, m *gust.Message) {
 	m.Close() // gives the message's buffer back
 }
 
+// inbox is a client's handler: it hands the messages it receives, and the
+// reason the connection ended, to the code that dialed.
+type inbox struct {
+	gust.BuiltinEventHandler
+	messages chan string
+	closed   chan error
+}
+
+func newInbox() *inbox { return &inbox{messages: make(chan string, 8), closed: make(chan error, 1)} }
+
+func (in *inbox) OnMessage(_ *gust.Conn, m *gust.Message) {
+	in.messages <- string(m.Data)
+	m.Close()
+}
+
+func (in *inbox) OnClose(_ *gust.Conn, err error) { in.closed <- err }
+
+// dial connects a client that reports to in, and runs its read loop.
+func dial(url string, in *inbox) *gust.Conn {
+	c, _, err := gust.Dial(context.Background(), url, in, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	go c.ReadLoop()
+	return c
+}
+
 func ExampleUpgrader() {
 	u := gust.NewUpgrader(echo{}, nil)
 	mux := http.NewServeMux()
@@ -42,11 +64,15 @@ func ExampleUpgrader() {
 	srv := httptest.NewServer(mux) // or http.ListenAndServe(":8080", mux)
 	defer srv.Close()
 
-	client := dialExample(srv.Listener.Addr().String(), "/ws")
-	client.send(opText, []byte("hello"))
-	fmt.Printf("%s\n", client.read(opText))
-	client.close()
-	// Output: hello
+	in := newInbox()
+	client := dial("ws"+strings.TrimPrefix(srv.URL, "http")+"/ws", in)
+	client.WriteString("hello")
+	fmt.Println(<-in.messages)
+	client.WriteClose(gust.StatusNormalClosure, "")
+	fmt.Println("closed:", gust.CloseStatus(<-in.closed)) // the server's answer
+	// Output:
+	// hello
+	// closed: NormalClosure
 }
 
 func ExampleServer() {
@@ -58,24 +84,22 @@ func ExampleServer() {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
-	client := dialExample(ln.Addr().String(), "/")
-	client.send(opText, []byte("hello, gust"))
-	fmt.Printf("%s\n", client.read(opText))
+	in := newInbox()
+	client := dial("ws://"+ln.Addr().String(), in)
+	client.WriteString("hello, gust")
+	fmt.Println(<-in.messages)
 
 	// Shutdown sends every connection a close frame with 1001 (going away)
 	// and waits until they have all ended, or until ctx is done.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	shut := make(chan error, 1)
-	go func() { shut <- srv.Shutdown(ctx) }()
-
-	fmt.Println("client got", client.awaitClose())
-	fmt.Println("Shutdown:", <-shut)
+	fmt.Println("Shutdown:", srv.Shutdown(ctx))
+	fmt.Println("client closed:", gust.CloseStatus(<-in.closed))
 	fmt.Println("Serve:", <-served)
 	// Output:
 	// hello, gust
-	// client got GoingAway
 	// Shutdown: <nil>
+	// client closed: GoingAway
 	// Serve: gust: server closed
 }
 
@@ -105,10 +129,12 @@ func ExampleConn_WriteAsync() {
 	go srv.Serve(ln)
 	defer srv.Close()
 
-	client := dialExample(ln.Addr().String(), "/")
-	fmt.Printf("%s\n", client.read(opText))
+	in := newInbox()
+	client := dial("ws://"+ln.Addr().String(), in)
+	fmt.Println(<-in.messages)
 	fmt.Println("write result:", <-g.written)
-	client.close()
+	client.WriteClose(gust.StatusNormalClosure, "")
+	<-in.closed
 	// Output:
 	// welcome
 	// write result: <nil>
@@ -142,136 +168,12 @@ func ExampleCloseStatus() {
 	go srv.Serve(ln)
 	defer srv.Close()
 
-	client := dialExample(ln.Addr().String(), "/")
-	client.send(opClose, append(binary.BigEndian.AppendUint16(nil, 4000), "logout"...))
-	code := client.awaitClose()
+	in := newInbox()
+	client := dial("ws://"+ln.Addr().String(), in)
+	client.WriteClose(4000, "logout")
 	<-s.ended
-	fmt.Println("the server answered with", code)
+	fmt.Println("the server answered with", gust.CloseStatus(<-in.closed))
 	// Output:
 	// user logged out
 	// the server answered with StatusCode(4000)
-}
-
-// exampleClient is a stand-in for a WebSocket client until gust has its
-// own: just enough of RFC 6455 for the examples to run and check their
-// output. It panics on any error.
-type exampleClient struct {
-	nc        net.Conn
-	br        *bufio.Reader
-	closeSent bool
-}
-
-const (
-	opText  = 0x1
-	opClose = 0x8
-)
-
-func dialExample(addr, path string) *exampleClient {
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		panic(err)
-	}
-	nc.SetDeadline(time.Now().Add(10 * time.Second))
-	var k [16]byte
-	rand.Read(k[:])
-	key := base64.StdEncoding.EncodeToString(k[:])
-	fmt.Fprintf(nc, "GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
-		"Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n", path, addr, key)
-	c := &exampleClient{nc: nc, br: bufio.NewReader(nc)}
-	resp, err := http.ReadResponse(c.br, nil)
-	if err != nil {
-		panic(err)
-	}
-	sum := sha1.Sum([]byte(key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"))
-	if resp.StatusCode != http.StatusSwitchingProtocols ||
-		resp.Header.Get("Sec-WebSocket-Accept") != base64.StdEncoding.EncodeToString(sum[:]) {
-		panic("handshake failed: " + resp.Status)
-	}
-	return c
-}
-
-// send writes one masked, final frame.
-func (c *exampleClient) send(op byte, p []byte) {
-	b := []byte{0x80 | op}
-	switch {
-	case len(p) <= 125:
-		b = append(b, 0x80|byte(len(p)))
-	case len(p) <= 0xffff:
-		b = binary.BigEndian.AppendUint16(append(b, 0x80|126), uint16(len(p)))
-	default:
-		b = binary.BigEndian.AppendUint64(append(b, 0x80|127), uint64(len(p)))
-	}
-	var key [4]byte
-	rand.Read(key[:])
-	b = append(b, key[:]...)
-	for i, x := range p {
-		b = append(b, x^key[i&3])
-	}
-	if _, err := c.nc.Write(b); err != nil {
-		panic(err)
-	}
-	c.closeSent = c.closeSent || op == opClose
-}
-
-// next reads one unfragmented frame.
-func (c *exampleClient) next() (op byte, p []byte) {
-	var h [2]byte
-	if _, err := io.ReadFull(c.br, h[:]); err != nil {
-		panic(err)
-	}
-	n := uint64(h[1] & 0x7f)
-	switch n {
-	case 126:
-		var e [2]byte
-		io.ReadFull(c.br, e[:])
-		n = uint64(binary.BigEndian.Uint16(e[:]))
-	case 127:
-		var e [8]byte
-		io.ReadFull(c.br, e[:])
-		n = binary.BigEndian.Uint64(e[:])
-	}
-	p = make([]byte, n)
-	if _, err := io.ReadFull(c.br, p); err != nil {
-		panic(err)
-	}
-	return h[0] & 0x0f, p
-}
-
-// read reads the next frame and checks its opcode.
-func (c *exampleClient) read(op byte) []byte {
-	got, p := c.next()
-	if got != op {
-		panic(fmt.Sprintf("got opcode %#x, want %#x", got, op))
-	}
-	return p
-}
-
-// awaitClose reads frames up to the server's close frame, answers it unless
-// the client closed first, waits for the server to close the connection, and
-// returns the close code.
-func (c *exampleClient) awaitClose() gust.StatusCode {
-	for {
-		op, p := c.next()
-		if op != opClose {
-			continue
-		}
-		if !c.closeSent {
-			c.send(opClose, p[:min(len(p), 2)])
-		}
-		code := gust.StatusNoStatusReceived
-		if len(p) >= 2 {
-			code = gust.StatusCode(binary.BigEndian.Uint16(p))
-		}
-		if _, err := c.br.ReadByte(); err != io.EOF {
-			panic(fmt.Sprintf("want the server to close the connection, got %v", err))
-		}
-		c.nc.Close()
-		return code
-	}
-}
-
-// close starts the closing handshake with 1000 and waits for its end.
-func (c *exampleClient) close() {
-	c.send(opClose, binary.BigEndian.AppendUint16(nil, uint16(gust.StatusNormalClosure)))
-	c.awaitClose()
 }
