@@ -25,6 +25,14 @@ func init() {
 	register("gws-deflate", "github.com/lxzan/gws: as gws, with PermessageDeflate{Enabled, ServerContextTakeover, ClientContextTakeover}", func(addr string) (Server, error) {
 		return startGWS(addr, gws.PermessageDeflate{Enabled: true, ServerContextTakeover: true, ClientContextTakeover: true})
 	})
+	// gws-deflate-w15: the same with both window bits raised to 15 (32 KiB windows, as gust's
+	// defaults). Below 15 bits gws compresses with flate.NewWriterWindow, klauspost's
+	// custom-window encoder (a level-5-like one, whatever Level says); at 15 with
+	// flate.NewWriter(Level 1). Not a default of the driver: -servers gws-deflate-w15.
+	register("gws-deflate-w15", "github.com/lxzan/gws: as gws-deflate, with ServerMaxWindowBits and ClientMaxWindowBits 15", func(addr string) (Server, error) {
+		return startGWS(addr, gws.PermessageDeflate{Enabled: true, ServerContextTakeover: true, ClientContextTakeover: true,
+			ServerMaxWindowBits: 15, ClientMaxWindowBits: 15})
+	})
 }
 
 type gwsEcho struct{ gws.BuiltinEventHandler }

@@ -47,6 +47,11 @@ type result struct {
 	RSSAfterKB    float64 `json:"server_rss_after_kb"`
 	RSSPerConn    float64 `json:"rss_per_conn_kb"`
 	HeapPerConn   float64 `json:"heap_per_conn_kb"`
+	HeapSettled   float64 `json:"heap_settled_per_conn_kb"`
+	HeapLive      float64 `json:"heap_live_per_conn_kb"`
+	DeflateIn     float64 `json:"deflate_in_ratio"`
+	DeflateOut    float64 `json:"deflate_out_ratio"`
+	Deflate       string  `json:"deflate"`
 	GoroutinesPer float64 `json:"goroutines_per_conn"`
 	Conns         int     `json:"conns"`
 	Window        int     `json:"window"`
@@ -61,15 +66,20 @@ type scenario struct {
 	unit      string
 	value     func(r result) float64
 	lowerWins bool
+	base      string // the server the "×" columns divide by (default gws)
 }
 
 var scenarios = []scenario{
-	{"a", "1 connection, 300-byte text, 256 in flight", "msg/s", "msg/s", func(r result) float64 { return r.MsgPerSec }, false},
-	{"b", "200 connections, 2,396-byte text, 16 in flight each", "msg/s", "msg/s", func(r result) float64 { return r.MsgPerSec }, false},
-	{"c", "1,000 connections, 1 KiB text, one in flight (request/response)", "msg/s", "msg/s", func(r result) float64 { return r.MsgPerSec }, false},
-	{"d", "1 connection, 1 MiB binary, 4 in flight", "MB/s", "MB/s", func(r result) float64 { return r.MBPerSec }, false},
-	{"e", "10,000 idle connections after the handshake", "heap KiB per connection", "KiB", func(r result) float64 { return r.HeapPerConn }, true},
-	{"f", "request/response, 600 in flight over 4 connections, 1 KiB (sockety-style QPS)", "QPS", "QPS", func(r result) float64 { return r.MsgPerSec }, false},
+	{"a", "1 connection, 300-byte text, 256 in flight", "msg/s", "msg/s", func(r result) float64 { return r.MsgPerSec }, false, ""},
+	{"b", "200 connections, 2,396-byte text, 16 in flight each", "msg/s", "msg/s", func(r result) float64 { return r.MsgPerSec }, false, ""},
+	{"c", "1,000 connections, 1 KiB text, one in flight (request/response)", "msg/s", "msg/s", func(r result) float64 { return r.MsgPerSec }, false, ""},
+	{"d", "1 connection, 1 MiB binary, 4 in flight", "MB/s", "MB/s", func(r result) float64 { return r.MBPerSec }, false, ""},
+	{"e", "10,000 idle connections after the handshake", "heap KiB per connection", "KiB", func(r result) float64 { return r.HeapPerConn }, true, ""},
+	{"f", "request/response, 600 in flight over 4 connections, 1 KiB (sockety-style QPS)", "QPS", "QPS", func(r result) float64 { return r.MsgPerSec }, false, ""},
+	{"z", "permessage-deflate echo: 200 connections, 16 in flight each, 2 KiB JSON, context takeover", "msg/s", "msg/s",
+		func(r result) float64 { return r.MsgPerSec }, false, "gws-deflate"},
+	{"y", "1,000 idle connections after one compressed 2 KiB JSON echo each (context takeover)", "heap KiB per connection", "KiB",
+		func(r result) float64 { return r.HeapPerConn }, true, "gws-deflate"},
 }
 
 func main() {
@@ -153,7 +163,8 @@ func (a *agg) spread(f func(result) float64) (lo, hi float64) {
 
 // order puts gust first, then the peers, then the raw references.
 func order(names []string) []string {
-	rank := map[string]int{"gust": 0, "gws": 1, "gorilla": 2, "coder": 3, "gobwas": 4, "nbio": 5, "raw-record": 6, "raw-buf": 7, "raw-copy": 8}
+	rank := map[string]int{"gust": 0, "gws": 1, "gorilla": 2, "coder": 3, "gobwas": 4, "nbio": 5, "raw-record": 6, "raw-buf": 7, "raw-copy": 8,
+		"gust-deflate": 0, "gws-deflate": 1, "gws-deflate-w15": 1, "gorilla-deflate": 2}
 	sort.SliceStable(names, func(i, j int) bool {
 		ri, ok1 := rank[names[i]]
 		rj, ok2 := rank[names[j]]
@@ -211,10 +222,15 @@ func write(lines []line, mdPath, machine, command string) (string, map[string]st
 			names = append(names, n)
 		}
 		names = order(names)
-		if sc.id == "e" {
+		if sc.id == "e" || sc.id == "y" {
 			for _, a := range aggs {
 				if len(a.runs) > 0 {
-					sc.title = fmt.Sprintf("%d idle connections after the handshake", a.runs[0].Conns)
+					if sc.id == "e" {
+						sc.title = fmt.Sprintf("%d idle connections after the handshake", a.runs[0].Conns)
+					} else {
+						sc.title = fmt.Sprintf("%d idle connections after one compressed %d-byte JSON echo each (context takeover)",
+							a.runs[0].Conns, a.runs[0].Payload)
+					}
 					break
 				}
 			}
@@ -224,6 +240,9 @@ func write(lines []line, mdPath, machine, command string) (string, map[string]st
 			return "", nil, err
 		}
 		t := table(sc, names, aggs)
+		if n := negotiated(names, aggs); n != "" {
+			t += "\n" + n
+		}
 		tables[sc.id] = t
 		fmt.Fprintf(&b, "## %s. %s\n\n%s\n![%s](%s)\n\n", sc.id, sc.title, t, sc.id, svg)
 	}
@@ -277,7 +296,11 @@ func withRange(a *agg, f func(result) float64) string {
 
 func table(sc scenario, names []string, aggs map[string]*agg) string {
 	var b strings.Builder
-	gws, rawBuf, rawRec := aggs["gws"], aggs["raw-buf"], aggs["raw-record"]
+	base := sc.base
+	if base == "" {
+		base = "gws"
+	}
+	gws, rawBuf, rawRec := aggs[base], aggs["raw-buf"], aggs["raw-record"]
 	ms := func(f func(result) float64) func(*agg) string {
 		return func(a *agg) string {
 			if !a.ok() {
@@ -303,7 +326,23 @@ func table(sc scenario, names []string, aggs map[string]*agg) string {
 		}
 		return fmt.Sprintf("%.2f", a.mean(func(r result) float64 { return r.AllocsPerMsg }))
 	}}
-	xg := col{"× gws", func(a *agg) string { return ratio(a, gws, sc.value) }}
+	xg := col{"× " + base, func(a *agg) string { return ratio(a, gws, sc.value) }}
+	pct := func(head string, f func(result) float64) col {
+		return col{head, func(a *agg) string {
+			if !a.ok() {
+				return "—"
+			}
+			return fmt.Sprintf("%.1f %%", 100*a.mean(f))
+		}}
+	}
+	cpuPct := func(head string, f func(result) float64) col {
+		return col{head, func(a *agg) string {
+			if !a.ok() {
+				return "—"
+			}
+			return fmt.Sprintf("%.0f", a.mean(f))
+		}}
+	}
 	xb := col{"× raw-buf", func(a *agg) string { return ratio(a, rawBuf, sc.value) }}
 	xr := col{"× raw-record", func(a *agg) string { return ratio(a, rawRec, sc.value) }}
 	p50 := col{"p50 ms", ms(func(r result) float64 { return r.LatP50Ms })}
@@ -333,6 +372,28 @@ func table(sc scenario, names []string, aggs map[string]*agg) string {
 			{"heap KiB / conn", func(a *agg) string { return withRange(a, func(r result) float64 { return r.HeapPerConn }) }},
 			{"heap × gws", func(a *agg) string { return ratio(a, gws, func(r result) float64 { return r.HeapPerConn }) }},
 			{"RSS × gws", func(a *agg) string { return ratio(a, gws, func(r result) float64 { return r.RSSPerConn }) }},
+			{"goroutines / conn", ms(func(r result) float64 { return r.GoroutinesPer })},
+		}
+	case "z":
+		cols = []col{main, xg, cpuPerM, allocs, p50, p99,
+			pct("echo bytes on the wire", func(r result) float64 { return r.DeflateIn }),
+			cpuPct("server CPU %", func(r result) float64 { return r.CPUPercent }),
+			cpuPct("client CPU %", func(r result) float64 { return r.ClientCPU }),
+		}
+	case "y":
+		heap := func(r result) float64 { return r.HeapPerConn }
+		settled := func(r result) float64 { return r.HeapSettled }
+		live := func(r result) float64 { return r.HeapLive }
+		rss := func(r result) float64 { return r.RSSPerConn }
+		cols = []col{
+			{"heap KiB / conn (1 GC)", func(a *agg) string { return withRange(a, heap) }},
+			{"× " + base, func(a *agg) string { return ratio(a, gws, heap) }},
+			{"heap KiB / conn (2 GCs)", func(a *agg) string { return withRange(a, settled) }},
+			{"× " + base, func(a *agg) string { return ratio(a, gws, settled) }},
+			{"live KiB / conn (2 GCs)", func(a *agg) string { return withRange(a, live) }},
+			{"× " + base, func(a *agg) string { return ratio(a, gws, live) }},
+			{"RSS KiB / conn", func(a *agg) string { return withRange(a, rss) }},
+			{"RSS × " + base, func(a *agg) string { return ratio(a, gws, rss) }},
 			{"goroutines / conn", ms(func(r result) float64 { return r.GoroutinesPer })},
 		}
 	case "f":
@@ -376,11 +437,29 @@ func table(sc scenario, names []string, aggs map[string]*agg) string {
 	return b.String()
 }
 
+// negotiated lists what each server answered to gustload's permessage-deflate offer.
+func negotiated(names []string, aggs map[string]*agg) string {
+	var parts []string
+	for _, n := range names {
+		for _, r := range aggs[n].runs {
+			if r.Deflate != "" {
+				parts = append(parts, fmt.Sprintf("%s `%s`", n, r.Deflate))
+				break
+			}
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "Negotiated (Sec-WebSocket-Extensions answered to gustload's `permessage-deflate; client_max_window_bits`): " +
+		strings.Join(parts, "; ") + ".\n"
+}
+
 // bestPeer is the library (not gust, not a raw reference) with the best mean.
 func bestPeer(names []string, aggs map[string]*agg, f func(result) float64) string {
 	best, bv := "gws", math.Inf(-1)
 	for _, n := range names {
-		if n == "gust" || strings.HasPrefix(n, "raw-") || !aggs[n].ok() {
+		if n == "gust" || strings.HasPrefix(n, "gust-") || strings.HasPrefix(n, "raw-") || !aggs[n].ok() {
 			continue
 		}
 		if v := aggs[n].mean(f); v > bv {
@@ -431,7 +510,7 @@ func chart(sc scenario, names []string, aggs map[string]*agg) string {
 		}
 		color := "#4a7bb7" // peers
 		switch {
-		case n == "gust":
+		case n == "gust" || strings.HasPrefix(n, "gust-"):
 			color = "#d9822b"
 		case strings.HasPrefix(n, "raw-"):
 			color = "#9a9a9a"

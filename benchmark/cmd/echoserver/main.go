@@ -12,7 +12,8 @@
 //	                    (at most 5; for idle memory: the second one also empties sync.Pools)
 //	/debug/pprof/...    the standard net/http/pprof handlers
 //
-// Sending SIGUSR1 prints the same stats as a JSON line on stdout.
+// Sending SIGUSR1 prints the same stats as a JSON line on stdout. -memprofilerate 1 makes
+// /debug/pprof/heap exact (every allocation sampled) for per-connection memory breakdowns.
 package main
 
 import (
@@ -39,7 +40,11 @@ func main() {
 	debug := flag.String("debug", "", "address for the /debug/stats and /debug/pprof endpoint (off when empty)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile to this file until the server stops")
 	list := flag.Bool("list", false, "list the servers and exit")
+	memRate := flag.Int("memprofilerate", 0, "runtime.MemProfileRate (0: Go's default, one sample per 512 KiB; 1: every allocation, for exact heap profiles)")
 	flag.Parse()
+	if *memRate > 0 {
+		runtime.MemProfileRate = *memRate
+	}
 
 	if *list {
 		for _, n := range servers.Names() {

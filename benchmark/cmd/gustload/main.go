@@ -193,15 +193,18 @@ func summary(w io.Writer, r *load.Result) {
 	switch r.Mode {
 	case "idle":
 		if r.Messages > 0 {
-			fmt.Fprintf(w, "Echoed %d %d-byte %s messages, every one verified, then ", r.Messages, r.Payload, kind)
+			fmt.Fprintf(w, "Echoed %d %d-byte %s messages, every one verified; then held", r.Messages, r.Payload, kind)
+		} else {
+			fmt.Fprint(w, "Held")
 		}
-		fmt.Fprintf(w, "Held %d idle connections for %.1fs\n", r.Conns, r.Seconds)
+		fmt.Fprintf(w, " %d idle connections for %.1fs\n", r.Conns, r.Seconds)
 		if r.ServerPID > 0 {
 			fmt.Fprintf(w, "Server RSS %d -> %d KiB: %.2f KiB per connection\n", r.ServerRSSBeforeKB, r.ServerRSSAfterKB, r.RSSPerConnKB)
 		}
 		if r.ServerHeapAfterKB > 0 {
-			fmt.Fprintf(w, "Server heap in use %.0f -> %.0f KiB: %.2f KiB per connection (%.2f after a second GC); goroutines %d -> %d (%.2f per connection)\n",
-				r.ServerHeapBeforeKB, r.ServerHeapAfterKB, r.HeapPerConnKB, r.HeapSettledPerConnKB, r.ServerGoroutinesPre, r.ServerGoroutines, r.GoroutinesPerConn)
+			fmt.Fprintf(w, "Server heap in use %.0f -> %.0f KiB: %.2f KiB per connection (%.2f after a second GC, %.2f of it live objects); goroutines %d -> %d (%.2f per connection)\n",
+				r.ServerHeapBeforeKB, r.ServerHeapAfterKB, r.HeapPerConnKB, r.HeapSettledPerConnKB, r.HeapLivePerConnKB,
+				r.ServerGoroutinesPre, r.ServerGoroutines, r.GoroutinesPerConn)
 		}
 		return
 	case "recv-only":

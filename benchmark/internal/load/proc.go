@@ -69,6 +69,7 @@ func selfCPU() float64 {
 type ServerStats struct {
 	Goroutines int    `json:"goroutines"`
 	HeapInuse  uint64 `json:"heap_inuse"`
+	HeapAlloc  uint64 `json:"heap_alloc"`
 	Mallocs    uint64 `json:"mallocs"`
 	RSSKB      int64  `json:"rss_kb"`
 }

@@ -60,10 +60,13 @@ type Result struct {
 	// Idle mode: growth per connection from before the ramp to the end of the hold. The heap
 	// is HeapInuse after one GC (what /debug/stats?gc=1 reports); HeapSettledPerConnKB is the
 	// same after a second GC, once sync.Pool's victim caches are dropped too (pooled buffers
-	// and compressors that no connection holds).
+	// and compressors that no connection holds), and HeapLivePerConnKB is HeapAlloc then (the
+	// bytes of live objects, without the free space of partly used spans that HeapInuse
+	// counts).
 	RSSPerConnKB         float64 `json:"rss_per_conn_kb,omitempty"`
 	HeapPerConnKB        float64 `json:"heap_per_conn_kb,omitempty"`
 	HeapSettledPerConnKB float64 `json:"heap_settled_per_conn_kb,omitempty"`
+	HeapLivePerConnKB    float64 `json:"heap_live_per_conn_kb,omitempty"` // HeapAlloc after the second GC: live bytes, no span slack
 	GoroutinesPerConn    float64 `json:"goroutines_per_conn,omitempty"`
 
 	// With Deflate: the server's Sec-WebSocket-Extensions (first connection), and payload bytes
@@ -537,6 +540,7 @@ func (r *runner) measureIdle(res *Result, before *ServerStats) error {
 		res.ServerGoroutines = after.Goroutines
 		res.HeapPerConnKB = (float64(after.HeapInuse) - float64(before.HeapInuse)) / 1024 / n
 		res.HeapSettledPerConnKB = (float64(settled.HeapInuse) - float64(before.HeapInuse)) / 1024 / n
+		res.HeapLivePerConnKB = (float64(settled.HeapAlloc) - float64(before.HeapAlloc)) / 1024 / n
 		res.GoroutinesPerConn = float64(after.Goroutines-before.Goroutines) / n
 	}
 	return nil
