@@ -67,19 +67,24 @@ type scenario struct {
 	value     func(r result) float64
 	lowerWins bool
 	base      string // the server the "×" columns divide by (default gws)
+	// aside, when set, adds to a bar's label in the chart (a figure the bar does not show).
+	aside func(a *agg) string
 }
 
 var scenarios = []scenario{
-	{"a", "1 connection, 300-byte text, 256 in flight", "msg/s", "msg/s", func(r result) float64 { return r.MsgPerSec }, false, ""},
-	{"b", "200 connections, 2,396-byte text, 16 in flight each", "msg/s", "msg/s", func(r result) float64 { return r.MsgPerSec }, false, ""},
-	{"c", "1,000 connections, 1 KiB text, one in flight (request/response)", "msg/s", "msg/s", func(r result) float64 { return r.MsgPerSec }, false, ""},
-	{"d", "1 connection, 1 MiB binary, 4 in flight", "MB/s", "MB/s", func(r result) float64 { return r.MBPerSec }, false, ""},
-	{"e", "10,000 idle connections after the handshake", "heap KiB per connection", "KiB", func(r result) float64 { return r.HeapPerConn }, true, ""},
-	{"f", "request/response, 600 in flight over 4 connections, 1 KiB (sockety-style QPS)", "QPS", "QPS", func(r result) float64 { return r.MsgPerSec }, false, ""},
-	{"z", "permessage-deflate echo: 200 connections, 16 in flight each, 2 KiB JSON, context takeover", "msg/s", "msg/s",
-		func(r result) float64 { return r.MsgPerSec }, false, "gws-deflate"},
-	{"y", "1,000 idle connections after one compressed 2 KiB JSON echo each (context takeover)", "heap KiB per connection", "KiB",
-		func(r result) float64 { return r.HeapPerConn }, true, "gws-deflate"},
+	{"a", "1 connection, 300-byte text, 256 in flight", "msg/s", "msg/s", func(r result) float64 { return r.MsgPerSec }, false, "", nil},
+	{"b", "200 connections, 2,396-byte text, 16 in flight each", "msg/s", "msg/s", func(r result) float64 { return r.MsgPerSec }, false, "", nil},
+	{"c", "1,000 connections, 1 KiB text, one in flight (request/response)", "msg/s", "msg/s", func(r result) float64 { return r.MsgPerSec }, false, "", nil},
+	{"d", "1 connection, 1 MiB binary, 4 in flight", "MB/s", "MB/s", func(r result) float64 { return r.MBPerSec }, false, "", nil},
+	{"e", "10,000 idle connections after the handshake", "heap KiB per connection", "KiB", func(r result) float64 { return r.HeapPerConn }, true, "", nil},
+	{"f", "request/response, 600 in flight over 4 connections, 1 KiB (sockety-style QPS)", "QPS", "QPS", func(r result) float64 { return r.MsgPerSec }, false, "", nil},
+	{"z", "permessage-deflate echo, context takeover: 200 connections, 16 in flight each, 2 KiB JSON", "msg/s", "msg/s",
+		func(r result) float64 { return r.MsgPerSec }, false, "gws-deflate", nil},
+	{"y", "1,000 idle compressed connections (context takeover), one 2 KiB JSON echo each", "heap KiB per connection after two GCs", "KiB",
+		func(r result) float64 { return r.HeapSettled }, true, "gws-deflate",
+		func(a *agg) string {
+			return fmt.Sprintf("(%s after one GC, as in e)", num(a.mean(func(r result) float64 { return r.HeapPerConn })))
+		}},
 }
 
 func main() {
@@ -228,7 +233,7 @@ func write(lines []line, mdPath, machine, command string) (string, map[string]st
 					if sc.id == "e" {
 						sc.title = fmt.Sprintf("%d idle connections after the handshake", a.runs[0].Conns)
 					} else {
-						sc.title = fmt.Sprintf("%d idle connections after one compressed %d-byte JSON echo each (context takeover)",
+						sc.title = fmt.Sprintf("%d idle compressed connections (context takeover), one %d-byte JSON echo each",
 							a.runs[0].Conns, a.runs[0].Payload)
 					}
 					break
@@ -471,16 +476,19 @@ func bestPeer(names []string, aggs map[string]*agg, f func(result) float64) stri
 
 // chart draws one horizontal bar per server, labelled with its value.
 func chart(sc scenario, names []string, aggs map[string]*agg) string {
+	width, right := 760, 110
+	if sc.aside != nil {
+		width, right = 900, 290 // room for the longer labels
+	}
 	const (
-		width  = 760
-		left   = 110
-		right  = 110
+		left   = 130
 		barH   = 22
 		gap    = 8
-		top    = 44
+		top    = 60
 		bottom = 16
 	)
 	h := top + len(names)*(barH+gap) + bottom
+	width = max(width, 20+8*len([]rune(fmt.Sprintf("%s. %s", sc.id, sc.title))))
 	maxV := 0.0
 	for _, n := range names {
 		if a := aggs[n]; a.ok() {
@@ -490,11 +498,13 @@ func chart(sc scenario, names []string, aggs map[string]*agg) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="13">`+"\n", width, h, width, h)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
-	title := fmt.Sprintf("%s. %s — %s", sc.id, sc.title, sc.metric)
+	title := fmt.Sprintf("%s. %s", sc.id, sc.title)
+	sub := sc.metric
 	if sc.lowerWins {
-		title += " (lower is better)"
+		sub += " (lower is better)"
 	}
 	fmt.Fprintf(&b, `<text x="10" y="22" font-size="14" font-weight="bold">%s</text>`+"\n", html.EscapeString(title))
+	fmt.Fprintf(&b, `<text x="10" y="41" font-size="12" fill="#555">%s</text>`+"\n", html.EscapeString(sub))
 	for i, n := range names {
 		a := aggs[n]
 		y := top + i*(barH+gap)
@@ -516,7 +526,11 @@ func chart(sc scenario, names []string, aggs map[string]*agg) string {
 			color = "#9a9a9a"
 		}
 		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%.1f" height="%d" fill="%s"/>`+"\n", left, y, math.Max(w, 1), barH, color)
-		fmt.Fprintf(&b, `<text x="%.1f" y="%d">%s %s</text>`+"\n", float64(left)+math.Max(w, 1)+6, y+barH-6, num(v), html.EscapeString(sc.unit))
+		label := num(v) + " " + sc.unit
+		if sc.aside != nil {
+			label += " " + sc.aside(a)
+		}
+		fmt.Fprintf(&b, `<text x="%.1f" y="%d">%s</text>`+"\n", float64(left)+math.Max(w, 1)+6, y+barH-6, html.EscapeString(label))
 	}
 	b.WriteString("</svg>\n")
 	return b.String()
