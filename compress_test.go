@@ -100,7 +100,7 @@ func (d *deflateClient) decompress(t *testing.T, p []byte) []byte {
 }
 
 func TestCompressedEcho(t *testing.T) {
-	forEachMode(t, func(t *testing.T, m serverMode) {
+	forEachFrameMode(t, func(t *testing.T, m serverMode) {
 		for _, offer := range []string{"permessage-deflate", "permessage-deflate; server_no_context_takeover; client_no_context_takeover",
 			"permessage-deflate; server_max_window_bits=9"} {
 			t.Run(offer, func(t *testing.T) {
@@ -162,7 +162,7 @@ func TestInflateBombClosesWith1009(t *testing.T) {
 	bomb := z.Bytes()[:z.Len()-4]
 	require.Less(t, len(bomb), 1<<17)
 
-	forEachMode(t, func(t *testing.T, m serverMode) {
+	forEachFrameMode(t, func(t *testing.T, m serverMode) {
 		h := newEcho()
 		addr := m.start(t, h, &Options{MaxMessageSize: 1 << 20, Compression: CompressionOptions{Enabled: true}})
 		nc := dialRawResp(t, addr, "Sec-WebSocket-Extensions: permessage-deflate")

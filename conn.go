@@ -103,6 +103,9 @@ func (c *Conn) failAndLinger(code StatusCode, reason string) {
 	if c.writeCloseFrame(code, reason) != nil {
 		return
 	}
+	if _, ok := c.conn.(*h2Stream); ok {
+		return // an HTTP/2 stream delivers what was sent before it ends: no reset to fear
+	}
 	if cw, ok := c.conn.(interface{ CloseWrite() error }); ok {
 		cw.CloseWrite()
 	}

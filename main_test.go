@@ -1,8 +1,10 @@
 package gust
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"runtime"
 	"strings"
 	"testing"
@@ -12,6 +14,12 @@ import (
 // TestMain fails the run when goroutines outlive the tests: gust promises
 // to start none of its own that survive a connection.
 func TestMain(m *testing.M) {
+	// Go's HTTP/2 server offers extended CONNECT (RFC 8441) only when the
+	// process starts with GODEBUG=http2xconnect=1: run the tests in a child
+	// process that has it.
+	if !strings.Contains(os.Getenv("GODEBUG"), "http2xconnect=1") {
+		os.Exit(rerunWithGODEBUG("http2xconnect=1"))
+	}
 	code := m.Run()
 	if code == 0 {
 		if leaked := leakedGoroutines(5 * time.Second); leaked != "" {
@@ -44,4 +52,25 @@ func leakedGoroutines(d time.Duration) string {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// rerunWithGODEBUG runs this test binary again, with setting added to
+// GODEBUG, and returns its exit code.
+func rerunWithGODEBUG(setting string) int {
+	godebug := os.Getenv("GODEBUG")
+	if godebug != "" {
+		godebug += ","
+	}
+	cmd := exec.Command(os.Args[0], os.Args[1:]...)
+	cmd.Env = append(os.Environ(), "GODEBUG="+godebug+setting)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode()
+		}
+		fmt.Fprintln(os.Stderr, "running the tests with GODEBUG="+setting+":", err)
+		return 1
+	}
+	return 0
 }

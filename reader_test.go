@@ -9,7 +9,7 @@ import (
 )
 
 func TestEchoSizes(t *testing.T) {
-	forEachMode(t, func(t *testing.T, m serverMode) {
+	forEachFrameMode(t, func(t *testing.T, m serverMode) {
 		h := newEcho()
 		addr := m.start(t, h, nil)
 		c := dialRaw(t, addr, nil)
@@ -30,7 +30,7 @@ func TestEchoSizes(t *testing.T) {
 }
 
 func TestFragmentsWithInterleavedControl(t *testing.T) {
-	forEachMode(t, func(t *testing.T, m serverMode) {
+	forEachFrameMode(t, func(t *testing.T, m serverMode) {
 		h := newEcho()
 		c := dialRaw(t, m.start(t, h, nil), nil)
 		c.send(frame(0x01, []byte("Hel")), frame(0x89, []byte("ping!")), frame(0x00, []byte("lo, ")),
@@ -93,7 +93,7 @@ func TestBadFramesGetTheRFCsCloseCode(t *testing.T) {
 		{"close 4999", [][]byte{frame(0x88, closePayload(4999, "app"))}, 4999, "close"},
 		{"close empty", [][]byte{frame(0x88, nil)}, StatusNoStatusReceived, "close"},
 	}
-	forEachMode(t, func(t *testing.T, m serverMode) {
+	forEachFrameMode(t, func(t *testing.T, m serverMode) {
 		h := newEcho()
 		addr := m.start(t, h, &Options{MaxMessageSize: 1024})
 		for _, tt := range tests {
@@ -118,7 +118,7 @@ func TestBadFramesGetTheRFCsCloseCode(t *testing.T) {
 // TestUTF8FailsFast checks that invalid text is refused as soon as the bad
 // byte arrives, before the rest of the frame.
 func TestUTF8FailsFast(t *testing.T) {
-	forEachMode(t, func(t *testing.T, m serverMode) {
+	forEachFrameMode(t, func(t *testing.T, m serverMode) {
 		h := newEcho()
 		c := dialRaw(t, m.start(t, h, nil), nil)
 		f := frame(0x81, append([]byte("abc\xed\xa0\x80"), repeat("z", 100)...))

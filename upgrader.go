@@ -47,6 +47,13 @@ func (e *HandshakeError) Error() string {
 // middleware that wraps the ResponseWriter works if it has an Unwrap method.
 // Bytes the client sent after the request and net/http already buffered are
 // kept.
+//
+// Upgrade also answers WebSockets over HTTP/2 (RFC 8441): an extended
+// CONNECT request with :protocol websocket becomes a Conn on that stream,
+// which then behaves as any other. The handler must not return before the
+// Conn ends, since returning ends the stream: run ReadLoop in the handler.
+// Go's HTTP/2 server offers extended CONNECT only when the process starts
+// with GODEBUG=http2xconnect=1 (see examples/h2).
 func (u *Upgrader) Upgrade(w http.ResponseWriter, r *http.Request) (*Conn, error) {
 	hs, herr := u.cfg.checkRequest(r)
 	if herr != nil {
@@ -54,10 +61,17 @@ func (u *Upgrader) Upgrade(w http.ResponseWriter, r *http.Request) (*Conn, error
 			w.Header().Set("Sec-WebSocket-Version", "13")
 		}
 		if herr.Status == http.StatusMethodNotAllowed {
-			w.Header().Set("Allow", http.MethodGet)
+			if r.ProtoMajor == 2 {
+				w.Header().Set("Allow", http.MethodConnect)
+			} else {
+				w.Header().Set("Allow", http.MethodGet)
+			}
 		}
 		http.Error(w, herr.Reason, herr.Status)
 		return nil, herr
+	}
+	if r.ProtoMajor == 2 {
+		return u.upgradeH2(w, r, hs)
 	}
 	nc, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
@@ -91,24 +105,39 @@ func (cfg *config) checkRequest(r *http.Request) (hs handshakeResult, herr *Hand
 	fail := func(status int, reason string) (handshakeResult, *HandshakeError) {
 		return handshakeResult{}, &HandshakeError{Status: status, Reason: reason}
 	}
-	if r.Method != http.MethodGet {
-		return fail(http.StatusMethodNotAllowed, "websocket: handshake method must be GET")
-	}
-	if !r.ProtoAtLeast(1, 1) {
-		return fail(http.StatusBadRequest, "websocket: handshake needs HTTP/1.1")
-	}
-	if !handshake.HasToken(r.Header, "Connection", "upgrade") {
-		return fail(http.StatusBadRequest, "websocket: Connection header must contain upgrade")
-	}
-	if !handshake.HasToken(r.Header, "Upgrade", "websocket") {
-		return fail(http.StatusBadRequest, "websocket: Upgrade header must be websocket")
+	h2 := r.ProtoMajor == 2
+	var key string
+	if h2 {
+		// RFC 8441 §4: an extended CONNECT with :protocol websocket, and no
+		// Upgrade, Connection or Sec-WebSocket-Key.
+		if r.Method != http.MethodConnect {
+			return fail(http.StatusMethodNotAllowed, "websocket: over HTTP/2 the handshake method must be CONNECT")
+		}
+		if !strings.EqualFold(r.Header.Get(":protocol"), "websocket") {
+			return fail(http.StatusBadRequest, "websocket: :protocol must be websocket")
+		}
+	} else {
+		if r.Method != http.MethodGet {
+			return fail(http.StatusMethodNotAllowed, "websocket: handshake method must be GET")
+		}
+		if !r.ProtoAtLeast(1, 1) {
+			return fail(http.StatusBadRequest, "websocket: handshake needs HTTP/1.1")
+		}
+		if !handshake.HasToken(r.Header, "Connection", "upgrade") {
+			return fail(http.StatusBadRequest, "websocket: Connection header must contain upgrade")
+		}
+		if !handshake.HasToken(r.Header, "Upgrade", "websocket") {
+			return fail(http.StatusBadRequest, "websocket: Upgrade header must be websocket")
+		}
 	}
 	if v := r.Header.Values("Sec-WebSocket-Version"); len(v) != 1 || v[0] != "13" {
 		return fail(http.StatusUpgradeRequired, "websocket: unsupported version; this server speaks 13")
 	}
-	key := r.Header.Get("Sec-WebSocket-Key")
-	if len(r.Header.Values("Sec-WebSocket-Key")) != 1 || !handshake.ValidKey(key) {
-		return fail(http.StatusBadRequest, "websocket: missing or invalid Sec-WebSocket-Key")
+	if !h2 {
+		key = r.Header.Get("Sec-WebSocket-Key")
+		if len(r.Header.Values("Sec-WebSocket-Key")) != 1 || !handshake.ValidKey(key) {
+			return fail(http.StatusBadRequest, "websocket: missing or invalid Sec-WebSocket-Key")
+		}
 	}
 	check := cfg.CheckOrigin
 	if check == nil {

@@ -92,6 +92,9 @@ func handshakeRequest(addr string, extra ...string) string {
 // write as the request.
 func dialRaw(t *testing.T, addr string, after []byte, headers ...string) *rawClient {
 	t.Helper()
+	if strings.HasPrefix(addr, "h2://") {
+		return dialH2(t, addr, after, headers...)
+	}
 	nc, err := net.Dial("tcp", addr)
 	require.NoError(t, err)
 	t.Cleanup(func() { nc.Close() })

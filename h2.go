@@ -1,0 +1,107 @@
+package gust
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// upgradeH2 answers an RFC 8441 extended CONNECT with 200 and makes a Conn
+// of the HTTP/2 stream: frames are read from the request body and written
+// to the ResponseWriter, flushed once per corked batch so that a batch
+// leaves in as few DATA frames as flow control allows.
+func (u *Upgrader) upgradeH2(w http.ResponseWriter, r *http.Request, hs handshakeResult) (*Conn, error) {
+	h := w.Header()
+	if hs.subprotocol != "" {
+		h.Set("Sec-WebSocket-Protocol", hs.subprotocol)
+	}
+	if hs.deflate != nil {
+		h.Set("Sec-WebSocket-Extensions", hs.deflate.String())
+	}
+	for k, v := range u.cfg.ResponseHeader {
+		h[k] = append(h[k], v...)
+	}
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	if err := rc.Flush(); err != nil {
+		return nil, fmt.Errorf("gust: flushing the HTTP/2 handshake response: %w", err)
+	}
+	rc.EnableFullDuplex() // HTTP/2 streams are full duplex already; harmless there
+	s := &h2Stream{body: r.Body, w: w, rc: rc, local: h2Addr("local"), remote: h2Addr(r.RemoteAddr)}
+	if la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+		s.local = la
+	}
+	return newServerConn(s, u.cfg, u.handler, nil, hs), nil
+}
+
+// h2Stream is a net.Conn over one HTTP/2 stream of a handler.
+type h2Stream struct {
+	body   io.ReadCloser
+	w      io.Writer
+	rc     *http.ResponseController
+	local  net.Addr
+	remote net.Addr
+
+	mu     sync.Mutex // serialises writes with Close
+	closed bool
+}
+
+func (s *h2Stream) Read(p []byte) (int, error) {
+	n, err := s.body.Read(p)
+	if err != nil && n == 0 && s.isClosed() {
+		return 0, net.ErrClosed
+	}
+	return n, err
+}
+
+func (s *h2Stream) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0, net.ErrClosed
+	}
+	n, err := s.w.Write(p)
+	if err == nil {
+		err = s.rc.Flush()
+	}
+	return n, err
+}
+
+func (s *h2Stream) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// Close stops writes and reads on the stream; the stream itself ends when
+// the handler returns.
+func (s *h2Stream) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return net.ErrClosed
+	}
+	s.closed = true
+	s.mu.Unlock()
+	return s.body.Close()
+}
+
+func (s *h2Stream) LocalAddr() net.Addr  { return s.local }
+func (s *h2Stream) RemoteAddr() net.Addr { return s.remote }
+
+func (s *h2Stream) SetDeadline(t time.Time) error {
+	return errors.Join(s.SetReadDeadline(t), s.SetWriteDeadline(t))
+}
+
+func (s *h2Stream) SetReadDeadline(t time.Time) error  { return s.rc.SetReadDeadline(t) }
+func (s *h2Stream) SetWriteDeadline(t time.Time) error { return s.rc.SetWriteDeadline(t) }
+
+// h2Addr is the peer's address as net/http reports it.
+type h2Addr string
+
+func (a h2Addr) Network() string { return "tcp" }
+func (a h2Addr) String() string  { return string(a) }
