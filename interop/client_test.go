@@ -23,12 +23,12 @@ import (
 // NewClientFromConn, with compression offered.
 
 func TestGustClientPython(t *testing.T) {
-	p := requirePeer(t, "python")
+	p := requirePeer(t, "python", dirGustClient)
 	testGustClient(t, p, nil, pythonBin, filepath.Join(repoRoot, "interop", "testdata", "server.py"))
 }
 
 func TestGustClientNode(t *testing.T) {
-	p := requirePeer(t, "node")
+	p := requirePeer(t, "node", dirGustClient)
 	testGustClient(t, p, []string{"NODE_PATH=" + nodeModule}, "node",
 		filepath.Join(repoRoot, "interop", "testdata", "server.js"))
 }
@@ -300,7 +300,7 @@ func testGustClient(t *testing.T, p *peer, env []string, name string, args ...st
 	url := "ws://" + addr + "/"
 	for _, path := range clientPaths {
 		t.Run(path.name, func(t *testing.T) {
-			row := matrixRow{peer: p.name + " " + p.version, direction: "gust client → server", path: path.name}
+			row := matrixRow{peer: p.name + " " + p.version, direction: dirGustClient, path: path.name}
 			for _, cs := range clientCases {
 				t.Run(cs.name, func(t *testing.T) {
 					mark(t, row, cs.title)
