@@ -258,7 +258,7 @@ func (h *corkFiller) OnMessage(c *Conn, m *Message) {
 }
 
 func TestLargeFragmentedMessagesReadStraightIntoTheMessage(t *testing.T) {
-	forEachMode(t, func(t *testing.T, m serverMode) {
+	forEachTCPMode(t, func(t *testing.T, m serverMode) {
 		h := newEcho()
 		c := dialRaw(t, m.start(t, h, &Options{ReadBufferSize: 512}), nil)
 		var want []byte
@@ -281,7 +281,7 @@ func TestLargeFragmentedMessagesReadStraightIntoTheMessage(t *testing.T) {
 }
 
 func TestConnAccessorsAndDeadlines(t *testing.T) {
-	forEachMode(t, func(t *testing.T, m serverMode) {
+	forEachTCPMode(t, func(t *testing.T, m serverMode) {
 		h := newCovHandler()
 		type seen struct {
 			local, netLocal, remote net.Addr
@@ -325,7 +325,7 @@ func TestBuiltinEventHandler(t *testing.T) {
 
 	// On the wire: pings are answered, pongs and messages ignored, the
 	// close handshake completed.
-	forEachMode(t, func(t *testing.T, m serverMode) {
+	forEachTCPMode(t, func(t *testing.T, m serverMode) {
 		c := dialRaw(t, m.start(t, BuiltinEventHandler{}, nil), nil)
 		c.send(frame(0x81, []byte("ignored")), frame(0x8A, []byte("pong")), frame(0x89, []byte("ping")))
 		b0, p, err := c.readFrame()
@@ -452,7 +452,7 @@ func (h *panicOnClose) OnClose(*Conn, error) {
 }
 
 func TestPeerResetEndsTheConnection(t *testing.T) {
-	forEachMode(t, func(t *testing.T, m serverMode) {
+	forEachTCPMode(t, func(t *testing.T, m serverMode) {
 		h := newCovHandler()
 		c := dialRaw(t, m.start(t, h, nil), nil)
 		c.send(frame(0x82, []byte("one")))
@@ -468,7 +468,7 @@ func TestPeerResetEndsTheConnection(t *testing.T) {
 }
 
 func TestEOFInsidePayloadIsUnexpected(t *testing.T) {
-	forEachMode(t, func(t *testing.T, m serverMode) {
+	forEachTCPMode(t, func(t *testing.T, m serverMode) {
 		h := newCovHandler()
 		c := dialRaw(t, m.start(t, h, nil), nil)
 		f := frame(0x82, []byte("0123456789"))
@@ -565,7 +565,7 @@ func TestHandshakeRefusalsBothPaths(t *testing.T) {
 			return handshakeRequest(a, "Origin: http://[::1")
 		}, http.StatusForbidden},
 	}
-	forEachMode(t, func(t *testing.T, m serverMode) {
+	forEachTCPMode(t, func(t *testing.T, m serverMode) {
 		h := newCovHandler()
 		addr := m.start(t, h, nil)
 		for _, tt := range tests {
@@ -584,7 +584,7 @@ func TestHandshakeRefusalsBothPaths(t *testing.T) {
 }
 
 func TestNoCommonSubprotocol(t *testing.T) {
-	forEachMode(t, func(t *testing.T, m serverMode) {
+	forEachTCPMode(t, func(t *testing.T, m serverMode) {
 		h := newCovHandler()
 		proto := make(chan string, 1)
 		h.open = func(c *Conn) { proto <- c.Subprotocol() }
@@ -916,4 +916,16 @@ func TestCloseWhileAcceptingAConnection(t *testing.T) {
 	_, err := nc.Read(make([]byte, 1))
 	require.ErrorIs(t, err, io.EOF, "the connection is closed unanswered")
 	require.Zero(t, h.opens.Load())
+}
+
+// forEachTCPMode runs f over the server modes whose clients speak
+// WebSocket straight over a TCP connection to the address: the tests that
+// use it dial, reset or half-close that connection themselves.
+func forEachTCPMode(t *testing.T, f func(t *testing.T, m serverMode)) {
+	forEachMode(t, func(t *testing.T, m serverMode) {
+		if m.name != "upgrader" && m.name != "server" {
+			t.Skipf("mode %s: the test needs a plain TCP connection", m.name)
+		}
+		f(t, m)
+	})
 }

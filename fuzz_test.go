@@ -292,7 +292,7 @@ func TestLengthOverflowInContinuation(t *testing.T) {
 	require.Equal(t, StatusMessageTooBig, pe.Code)
 	require.Len(t, frames, 1)
 
-	forEachMode(t, func(t *testing.T, m serverMode) {
+	forEachTCPMode(t, func(t *testing.T, m serverMode) {
 		var logged safeBuffer
 		h := newEcho()
 		c := dialRaw(t, m.start(t, h, &Options{ErrorLog: newLogger(&logged)}), nil)

@@ -38,7 +38,7 @@ func TestAbruptDisconnectsLeaveNothingBehind(t *testing.T) {
 	)
 	raiseFileLimit(t, 2*conns+512)
 
-	forEachMode(t, func(t *testing.T, m serverMode) {
+	forEachTCPMode(t, func(t *testing.T, m serverMode) {
 		h := &leakHandler{}
 		addr := m.start(t, h, nil)
 
