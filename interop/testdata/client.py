@@ -129,19 +129,22 @@ CLOSES_ITSELF = {"close-1000", "close-4001", "server-close-4002"}
 
 async def run_case(url, name):
     result = {"case": name, "ok": False, "detail": "", "extensions": ""}
+
+    async def run():
+        # max_size: gust's 1 MiB case is exactly websockets' default limit; lift it.
+        ws = await connect(url, max_size=None, open_timeout=TIMEOUT, close_timeout=TIMEOUT)
+        try:
+            result["extensions"] = ws.response.headers.get("Sec-WebSocket-Extensions", "")
+            await echo(ws, "label:" + name)
+            result["detail"] = await CASES[name](ws)
+            if name not in CLOSES_ITSELF:
+                await ws.close(code=1000, reason="done")
+            result["ok"] = True
+        finally:
+            await ws.close()
+
     try:
-        async with asyncio.timeout(2 * TIMEOUT):
-            # max_size: gust's 1 MiB case is exactly websockets' default limit; lift it.
-            ws = await connect(url, max_size=None, open_timeout=TIMEOUT, close_timeout=TIMEOUT)
-            try:
-                result["extensions"] = ws.response.headers.get("Sec-WebSocket-Extensions", "")
-                await echo(ws, "label:" + name)
-                result["detail"] = await CASES[name](ws)
-                if name not in CLOSES_ITSELF:
-                    await ws.close(code=1000, reason="done")
-                result["ok"] = True
-            finally:
-                await ws.close()
+        await asyncio.wait_for(run(), 2 * TIMEOUT)
     except Failed as e:
         result["detail"] = str(e)
     except Exception as e:  # anything else is a failure of the case, with its type
