@@ -17,9 +17,9 @@ AUTOBAHN_QUICK := 1.*,2.*,3.*,4.*,5.*,6.*,7.*,9.*,10.*
 AUTOBAHN_ALL := 1.*,2.*,3.*,4.*,5.*,6.*,7.*,9.*,10.*,12.*,13.*
 export FUZZTIME ?= 20s
 
-.PHONY: test autobahn fuzz bench bench-quick cover install-wstest
+.PHONY: test autobahn fuzz bench bench-quick cover install-wstest install-interop
 
-test: install-wstest
+test: install-wstest install-interop
 	scripts/gotest
 	scripts/autobahn -server upgrader -cases '$(AUTOBAHN_QUICK)' $(AUTOBAHN_FLAGS)
 	scripts/autobahn -server server -cases '$(AUTOBAHN_ALL)' $(AUTOBAHN_FLAGS)
@@ -29,6 +29,10 @@ autobahn: install-wstest
 
 install-wstest:
 	scripts/install-wstest >/dev/null
+
+# Python websockets, Node ws and headless Chromium for the interop tests.
+install-interop:
+	scripts/install-interop >/dev/null
 
 fuzz:
 	scripts/fuzz
