@@ -899,9 +899,6 @@ func TestListenAndServeTLS(t *testing.T) {
 // closed unanswered, and Serve's bookkeeping for it is ordered with Close's
 // wait for the connections.
 func TestCloseWhileAcceptingAConnection(t *testing.T) {
-	t.Skip("BUG: server.go Serve calls s.wg.Add(1) after Accept without holding s.mu or checking s.closing, " +
-		"concurrently with the s.wg.Wait() in Close/Shutdown: the race detector reports it every time here, " +
-		"and sync.WaitGroup may panic (\"WaitGroup is reused before previous Wait has returned\")")
 	h := newCovHandler()
 	s := NewServer(h, nil)
 	ln := newFakeListener()

@@ -3,6 +3,7 @@ package gust
 import (
 	"encoding/binary"
 	"io"
+	"math"
 
 	"github.com/gustws/gust/internal/bufpool"
 	"github.com/gustws/gust/internal/mask"
@@ -10,6 +11,10 @@ import (
 )
 
 const minReadBufferSize = 512
+
+// messageChunk is the first size of a message buffer whose frame announces
+// more: the buffer then doubles as bytes arrive.
+const messageChunk = 64 << 10
 
 // readState is the read side of a Conn, owned by the read goroutine.
 type readState struct {
@@ -110,6 +115,9 @@ func (c *Conn) readFrames() error {
 	rd := &c.rd
 	for {
 		if err := c.ensure(2); err != nil {
+			if rd.w > rd.r || rd.op != 0 {
+				return noEOF(err) // the peer left in the middle of a frame or message
+			}
 			return err
 		}
 		b := (*rd.buf)[rd.r:rd.w]
@@ -156,7 +164,7 @@ func (c *Conn) readFrames() error {
 			hn += 4
 		}
 		if err := c.ensure(hn); err != nil {
-			return err
+			return noEOF(err)
 		}
 		b = (*rd.buf)[rd.r:rd.w]
 		switch length {
@@ -191,7 +199,7 @@ func (c *Conn) readFrames() error {
 func (c *Conn) readControl(op Opcode, n int, key [4]byte) error {
 	rd := &c.rd
 	if err := c.ensure(n); err != nil {
-		return err
+		return noEOF(err)
 	}
 	p := rd.ctrl[:n]
 	c.unmask(p, (*rd.buf)[rd.r:rd.r+n], key, 0)
@@ -256,26 +264,35 @@ func (c *Conn) readData(op Opcode, fin, compressed bool, length int64, key [4]by
 		rd.compressed = compressed
 		rd.utf8.Reset()
 	}
-	if max := c.cfg.MaxMessageSize; max > 0 && int64(rd.n)+length > max {
+	limit := c.cfg.MaxMessageSize
+	if limit < 0 || limit > math.MaxInt {
+		limit = math.MaxInt
+	}
+	if length > limit-int64(rd.n) { // not rd.n+length: that can wrap
 		return protocolError(StatusMessageTooBig, "message over the size limit")
 	}
 	end := rd.n + int(length)
-	if rd.msg == nil {
-		rd.msg = bufpool.Get(end)
-	} else {
-		rd.msg = bufpool.Grow(rd.msg, end)
-	}
 	checkText := rd.op == OpText && !c.cfg.SkipUTF8Validation && !rd.compressed
 
 	pos := 0
 	for rd.n < end {
-		dst := (*rd.msg)[rd.n:end]
+		if rd.msg == nil || len(*rd.msg) == rd.n {
+			// Grow with the bytes that arrive, not with the length the
+			// header announced: a 14-byte header pins at most 64 KiB.
+			size := min(end, max(2*rd.n, rd.n+rd.w-rd.r, messageChunk))
+			if rd.msg == nil {
+				rd.msg = bufpool.Get(size)
+			} else {
+				rd.msg = bufpool.Grow(rd.msg, size)
+			}
+		}
+		dst := (*rd.msg)[rd.n:min(end, len(*rd.msg))]
 		if avail := rd.w - rd.r; avail > 0 {
 			k := min(avail, len(dst))
 			pos = c.unmask(dst[:k], (*rd.buf)[rd.r:rd.r+k], key, pos)
 			rd.r += k
 			dst = dst[:k]
-		} else if len(dst) >= len(*rd.buf)/2 {
+		} else if len(dst) >= c.cfg.ReadBufferSize/2 {
 			// Large and nothing buffered: read straight into the message.
 			k, err := c.read(dst)
 			if err != nil {
@@ -298,6 +315,9 @@ func (c *Conn) readData(op Opcode, fin, compressed bool, length int64, key [4]by
 	}
 	if !fin {
 		return nil
+	}
+	if rd.msg == nil { // an empty message
+		rd.msg = bufpool.Get(0)
 	}
 	if rd.compressed {
 		if err := c.inflateMessage(); err != nil {

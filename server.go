@@ -120,7 +120,14 @@ func (s *Server) Serve(ln net.Listener) error {
 			return err
 		}
 		pause = 0
-		s.wg.Add(1)
+		s.mu.Lock()
+		if s.closing.Load() { // Shutdown or Close came between Accept and here
+			s.mu.Unlock()
+			nc.Close()
+			return ErrServerClosed
+		}
+		s.wg.Add(1) // under mu, so that it cannot race the Wait in Shutdown or Close
+		s.mu.Unlock()
 		go s.serveConn(nc)
 	}
 }
