@@ -1,0 +1,503 @@
+package gust_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gustws/gust"
+)
+
+// hubServer runs a gust.Server on loopback whose handler is wrapped by hub.
+// Clients send "join:T" and "leave:T" to change their topics; the server
+// answers "ok:join:T" once it is done. sndbuf, when > 0, sets the send
+// buffer of every accepted socket (small buffers make a stalled client
+// stall the server's writes sooner).
+type hubServer struct {
+	url    string
+	hub    *gust.Hub
+	mu     sync.Mutex
+	closed map[string]error // remote address -> OnClose's error
+	done   chan string      // remote addresses, as OnClose runs
+}
+
+type hubHandler struct {
+	gust.BuiltinEventHandler
+	s        *hubServer
+	autoJoin string // topic every connection joins in OnOpen
+}
+
+func (h hubHandler) OnOpen(c *gust.Conn) {
+	if h.autoJoin != "" {
+		if err := h.s.hub.Subscribe(c, h.autoJoin); err != nil {
+			panic(err)
+		}
+	}
+}
+
+func (h hubHandler) OnMessage(c *gust.Conn, m *gust.Message) {
+	defer m.Close()
+	cmd, topic, _ := strings.Cut(string(m.Data), ":")
+	switch cmd {
+	case "join":
+		if err := h.s.hub.Subscribe(c, topic); err != nil {
+			c.WriteString("error:" + err.Error())
+			return
+		}
+	case "leave":
+		h.s.hub.Unsubscribe(c, topic)
+	default:
+		return
+	}
+	c.WriteString("ok:" + string(m.Data))
+}
+
+func (h hubHandler) OnClose(c *gust.Conn, err error) {
+	h.s.mu.Lock()
+	h.s.closed[c.RemoteAddr().String()] = err
+	h.s.mu.Unlock()
+	h.s.done <- c.RemoteAddr().String()
+}
+
+type serverConfig struct {
+	hub      *gust.Hub
+	wrap     bool
+	autoJoin string
+	opts     *gust.Options
+	sndbuf   int
+}
+
+func startHubServer(t *testing.T, cfg serverConfig) *hubServer {
+	t.Helper()
+	s := &hubServer{hub: cfg.hub, closed: make(map[string]error), done: make(chan string, 1024)}
+	var h gust.Event = hubHandler{s: s, autoJoin: cfg.autoJoin}
+	if cfg.wrap {
+		h = cfg.hub.Wrap(h)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := gust.NewServer(h, cfg.opts)
+	go srv.Serve(sndbufListener{ln, cfg.sndbuf})
+	t.Cleanup(func() { srv.Close() })
+	s.url = "ws://" + ln.Addr().String() + "/"
+	return s
+}
+
+type sndbufListener struct {
+	net.Listener
+	size int
+}
+
+func (l sndbufListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil && l.size > 0 {
+		c.(*net.TCPConn).SetWriteBuffer(l.size)
+	}
+	return c, err
+}
+
+func (s *hubServer) closeErr(addr string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed[addr]
+}
+
+// hubClient records what a client receives: text messages as strings, and
+// the sequence numbers (first 8 bytes) of binary ones, checking that they
+// increase.
+type hubClient struct {
+	gust.BuiltinEventHandler
+	conn   *gust.Conn
+	mu     sync.Mutex
+	texts  []string
+	seqs   []uint64
+	badSeq error
+	count  atomic.Int64
+	acks   chan string
+	closed chan error
+}
+
+func (c *hubClient) OnMessage(_ *gust.Conn, m *gust.Message) {
+	defer m.Close()
+	if m.Opcode == gust.OpText && strings.HasPrefix(string(m.Data), "ok:") {
+		c.acks <- string(m.Data)
+		return
+	}
+	c.mu.Lock()
+	if m.Opcode == gust.OpText {
+		c.texts = append(c.texts, string(m.Data))
+	} else {
+		seq := binary.BigEndian.Uint64(m.Data)
+		if n := len(c.seqs); n > 0 && seq <= c.seqs[n-1] && c.badSeq == nil {
+			c.badSeq = fmt.Errorf("message %d after %d", seq, c.seqs[n-1])
+		}
+		c.seqs = append(c.seqs, seq)
+	}
+	c.mu.Unlock()
+	c.count.Add(1)
+}
+
+func (c *hubClient) OnClose(_ *gust.Conn, err error) { c.closed <- err }
+
+func (c *hubClient) textsNow() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.texts...)
+}
+
+func (c *hubClient) seqsNow() ([]uint64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]uint64(nil), c.seqs...), c.badSeq
+}
+
+// dialHub connects a client; rcvbuf > 0 sets its socket's receive buffer;
+// with read false the caller starts the read loop later (a stalled client).
+func dialHub(t *testing.T, url string, rcvbuf int, compress, read bool) *hubClient {
+	t.Helper()
+	hc := &hubClient{acks: make(chan string, 16), closed: make(chan error, 1)}
+	opts := &gust.DialOptions{Options: gust.Options{Compression: gust.CompressionOptions{Enabled: compress}}}
+	if rcvbuf > 0 {
+		opts.NetDialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var d net.Dialer
+			c, err := d.DialContext(ctx, network, addr)
+			if err == nil {
+				c.(*net.TCPConn).SetReadBuffer(rcvbuf)
+			}
+			return c, err
+		}
+	}
+	c, _, err := gust.Dial(context.Background(), url, hc, opts)
+	require.NoError(t, err)
+	require.Equal(t, compress, c.Compressed())
+	hc.conn = c
+	if read {
+		go c.ReadLoop()
+	}
+	t.Cleanup(func() {
+		c.NetConn().Close()
+		if !read {
+			go c.ReadLoop() // ends at once: it reports the closed socket
+		}
+		<-hc.closed
+	})
+	return hc
+}
+
+// send sends a command and waits for the server's acknowledgement.
+func (c *hubClient) send(t *testing.T, cmd string) {
+	t.Helper()
+	require.NoError(t, c.conn.WriteString(cmd))
+	select {
+	case ack := <-c.acks:
+		require.Equal(t, "ok:"+cmd, ack)
+	case <-time.After(5 * time.Second):
+		t.Fatalf("no answer to %q", cmd)
+	}
+}
+
+func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func TestHubTopics(t *testing.T) {
+	for _, compress := range []bool{false, true} {
+		t.Run(fmt.Sprintf("compress=%v", compress), func(t *testing.T) {
+			hub, err := gust.NewHub(nil)
+			require.NoError(t, err)
+			defer hub.Close()
+			opts := &gust.Options{Compression: gust.CompressionOptions{Enabled: true, Threshold: 1}}
+			s := startHubServer(t, serverConfig{hub: hub, wrap: true, opts: opts})
+			a := dialHub(t, s.url, 0, compress, true)
+			b := dialHub(t, s.url, 0, compress, true)
+			ab := dialHub(t, s.url, 0, compress, true)
+			a.send(t, "join:a")
+			b.send(t, "join:b")
+			ab.send(t, "join:a")
+			ab.send(t, "join:b")
+			waitFor(t, "3 connections", 5*time.Second, func() bool { return hub.Stats().Connections == 3 })
+			require.Equal(t, 2, hub.Stats().Topics)
+
+			long := strings.Repeat("compressible text ", 100)
+			require.NoError(t, hub.Publish("a", gust.OpText, []byte("to a")))
+			require.NoError(t, hub.Publish("b", gust.OpText, []byte("to b")))
+			require.NoError(t, hub.Publish("a", gust.OpText, []byte(long)))
+			require.NoError(t, hub.Publish("nobody", gust.OpText, []byte("lost")))
+			require.NoError(t, hub.PublishAll(gust.OpText, []byte("to all")))
+			ab.send(t, "leave:a")
+			require.NoError(t, hub.Publish("a", gust.OpText, []byte("to a again")))
+			require.NoError(t, hub.PublishAll(gust.OpText, []byte("end")))
+
+			last := func(c *hubClient) func() bool {
+				return func() bool { m := c.textsNow(); return len(m) > 0 && m[len(m)-1] == "end" }
+			}
+			for _, c := range []*hubClient{a, b, ab} {
+				waitFor(t, "end", 5*time.Second, last(c))
+			}
+			require.Equal(t, []string{"to a", long, "to all", "to a again", "end"}, a.textsNow())
+			require.Equal(t, []string{"to b", "to all", "end"}, b.textsNow())
+			require.Equal(t, []string{"to a", "to b", long, "to all", "end"}, ab.textsNow())
+
+			st := hub.Stats()
+			require.EqualValues(t, 13, st.Delivered)
+			require.Zero(t, st.Dropped)
+			require.Zero(t, st.Pending)
+
+			// A connection that closes leaves the Hub (Wrap's OnClose).
+			a.conn.WriteClose(gust.StatusNormalClosure, "")
+			<-a.closed
+			a.closed <- nil // for the cleanup
+			waitFor(t, "a to leave", 5*time.Second, func() bool { return hub.Stats().Connections == 2 })
+			ab.send(t, "leave:b")
+			// Without topics, ab stays: it joined through Wrap, for PublishAll.
+			require.Equal(t, 2, hub.Stats().Connections)
+			require.Equal(t, 1, hub.Stats().Topics)
+		})
+	}
+}
+
+// Without Wrap, a connection that closed is dropped when a message is next
+// published to it; one that leaves its last topic leaves the Hub.
+func TestHubWithoutWrap(t *testing.T) {
+	hub, err := gust.NewHub(nil)
+	require.NoError(t, err)
+	defer hub.Close()
+	s := startHubServer(t, serverConfig{hub: hub, autoJoin: "news"})
+	c1 := dialHub(t, s.url, 0, false, true)
+	c2 := dialHub(t, s.url, 0, false, true)
+	waitFor(t, "2 connections", 5*time.Second, func() bool { return hub.Stats().Connections == 2 })
+
+	c1.conn.WriteClose(gust.StatusNormalClosure, "")
+	<-c1.closed
+	c1.closed <- nil
+	<-s.done
+	require.Equal(t, 2, hub.Stats().Connections, "still held: nothing told the Hub")
+	require.NoError(t, hub.Publish("news", gust.OpText, []byte("x")))
+	waitFor(t, "the closed connection to go", 5*time.Second, func() bool { return hub.Stats().Connections == 1 })
+
+	c2.send(t, "leave:news")
+	require.Equal(t, 0, hub.Stats().Connections)
+
+	// After Close, Publish and Subscribe fail.
+	require.NoError(t, hub.Close())
+	require.ErrorIs(t, hub.Publish("news", gust.OpText, nil), gust.ErrHubClosed)
+	require.NoError(t, c2.conn.WriteString("join:news"))
+	waitFor(t, "the server's error", 5*time.Second, func() bool { return len(c2.textsNow()) == 2 })
+	require.Equal(t, []string{"x", "error:" + gust.ErrHubClosed.Error()}, c2.textsNow())
+}
+
+func TestHubRejectsBadOpcode(t *testing.T) {
+	hub, err := gust.NewHub(nil)
+	require.NoError(t, err)
+	require.Error(t, hub.Publish("t", gust.OpPing, nil))
+	_, err = gust.NewHub(&gust.HubOptions{Policy: 7})
+	require.Error(t, err)
+	require.Equal(t, "DropOldest", gust.DropOldest.String())
+}
+
+// A receiver that stops reading, behind tiny socket buffers, while the
+// publisher goes at full rate: under CloseSlow it is closed with 1008, under
+// DropOldest and DropNewest it loses messages; the other receivers get every
+// message, in order, and the Hub's live heap stays bounded whatever the
+// volume published.
+func TestHubSlowConsumer(t *testing.T) {
+	const (
+		fast      = 6
+		messages  = 20000
+		size      = 1024
+		queueSize = 256
+	)
+	for _, policy := range []gust.SlowPolicy{gust.CloseSlow, gust.DropOldest, gust.DropNewest} {
+		t.Run(policy.String(), func(t *testing.T) {
+			hub, err := gust.NewHub(&gust.HubOptions{QueueSize: queueSize, Policy: policy, SlowCloseTimeout: time.Minute})
+			require.NoError(t, err)
+			defer hub.Close()
+			s := startHubServer(t, serverConfig{hub: hub, wrap: true, autoJoin: "feed", sndbuf: 16 << 10})
+			var fastClients []*hubClient
+			for range fast {
+				fastClients = append(fastClients, dialHub(t, s.url, 0, false, true))
+			}
+			stalled := dialHub(t, s.url, 32<<10, false, false)
+			waitFor(t, "every subscriber", 5*time.Second, func() bool { return hub.Stats().Connections == fast+1 })
+
+			runtime.GC()
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			base := ms.HeapAlloc
+			var maxLive uint64
+
+			// Full rate: the publisher never waits for a socket; it only keeps
+			// the messages pending over every queue below what the stalled
+			// receiver can hold (its queue and the batch its writer is stuck
+			// on) plus a little, so that the fast receivers' queues never fill.
+			payload := make([]byte, size)
+			start := time.Now()
+			for i := range messages {
+				binary.BigEndian.PutUint64(payload, uint64(i))
+				require.NoError(t, hub.Publish("feed", gust.OpBinary, payload))
+				for hub.Stats().Pending > 2*queueSize+64 {
+					time.Sleep(20 * time.Microsecond)
+				}
+				if i%4000 == 3999 {
+					runtime.GC()
+					runtime.ReadMemStats(&ms)
+					maxLive = max(maxLive, ms.HeapAlloc-min(ms.HeapAlloc, base))
+				}
+			}
+			elapsed := time.Since(start)
+			for _, c := range fastClients {
+				waitFor(t, "the fast receivers", 30*time.Second, func() bool { return c.count.Load() == messages })
+				seqs, bad := c.seqsNow()
+				require.NoError(t, bad)
+				require.Len(t, seqs, messages)
+				require.EqualValues(t, messages-1, seqs[messages-1])
+			}
+			st := hub.Stats()
+			t.Logf("%v: %d messages of %d bytes to %d+1 receivers in %v; live heap growth at most %d KiB (%d MiB published); %+v",
+				policy, messages, size, fast, elapsed.Round(time.Millisecond), maxLive>>10, messages*size>>20, st)
+			// Unbounded queues would keep ~20 MiB for the stalled receiver.
+			require.Less(t, maxLive, uint64(4<<20), "the Hub's memory grows with the volume published")
+			require.Positive(t, st.Dropped)
+
+			// The stalled client reads again, with a normal buffer (a tiny
+			// window crawls): what it gets depends on the policy.
+			stalled.conn.NetConn().(*net.TCPConn).SetReadBuffer(1 << 20)
+			go stalled.conn.ReadLoop()
+			stalledAddr := stalled.conn.LocalAddr().String()
+			switch policy {
+			case gust.CloseSlow:
+				require.EqualValues(t, 1, st.ClosedSlow)
+				var err error
+				select {
+				case err = <-stalled.closed:
+				case <-time.After(20 * time.Second):
+					t.Fatal("the slow consumer was not closed")
+				}
+				stalled.closed <- err
+				require.Equal(t, gust.StatusPolicyViolation, gust.CloseStatus(err), "client saw %v", err)
+				waitFor(t, "the server's OnClose", 10*time.Second, func() bool { return s.closeErr(stalledAddr) != nil })
+				serr := s.closeErr(stalledAddr)
+				var pe *gust.ProtocolError
+				if !errors.As(serr, &pe) || pe.Code != gust.StatusPolicyViolation {
+					require.Equal(t, gust.StatusPolicyViolation, gust.CloseStatus(serr), "server saw %v", serr)
+				}
+				seqs, bad := stalled.seqsNow()
+				require.NoError(t, bad)
+				for i, s := range seqs { // a prefix, without gaps, then the close
+					require.EqualValues(t, i, s)
+				}
+				require.Less(t, len(seqs), messages)
+			case gust.DropOldest:
+				require.Zero(t, st.ClosedSlow)
+				waitFor(t, "the latest message", 20*time.Second, func() bool {
+					seqs, _ := stalled.seqsNow()
+					return len(seqs) > 0 && seqs[len(seqs)-1] == messages-1
+				})
+				seqs, bad := stalled.seqsNow()
+				require.NoError(t, bad)
+				require.Less(t, len(seqs), messages, "nothing was dropped")
+			case gust.DropNewest:
+				require.Zero(t, st.ClosedSlow)
+				waitFor(t, "the queue to drain", 20*time.Second, func() bool { return hub.Stats().Pending == 0 })
+				time.Sleep(100 * time.Millisecond)
+				seqs, bad := stalled.seqsNow()
+				require.NoError(t, bad)
+				require.NotEmpty(t, seqs)
+				require.EqualValues(t, 0, seqs[0])
+				require.Less(t, seqs[len(seqs)-1], uint64(messages-1), "the newest were dropped")
+			}
+		})
+	}
+}
+
+// Two Hubs on two servers share a LocalBroker: what is published on either
+// reaches the clients of both, once each.
+func TestHubBroker(t *testing.T) {
+	broker := gust.NewLocalBroker()
+	var servers []*hubServer
+	var clients []*hubClient
+	for range 2 {
+		hub, err := gust.NewHub(&gust.HubOptions{Broker: broker})
+		require.NoError(t, err)
+		defer hub.Close()
+		s := startHubServer(t, serverConfig{hub: hub, wrap: true})
+		servers = append(servers, s)
+		for range 2 {
+			c := dialHub(t, s.url, 0, false, true)
+			c.send(t, "join:room")
+			clients = append(clients, c)
+		}
+	}
+	require.NoError(t, servers[0].hub.Publish("room", gust.OpText, []byte("from 0")))
+	require.NoError(t, servers[1].hub.Publish("room", gust.OpText, []byte("from 1")))
+	require.NoError(t, servers[1].hub.Publish("elsewhere", gust.OpText, []byte("nobody")))
+	require.NoError(t, servers[0].hub.PublishAll(gust.OpText, []byte("all from 0")))
+	for i, c := range clients {
+		waitFor(t, "3 messages", 5*time.Second, func() bool { return c.count.Load() >= 3 })
+		time.Sleep(20 * time.Millisecond) // a duplicate would show now
+		require.Equal(t, []string{"from 0", "from 1", "all from 0"}, c.textsNow(), "client %d", i)
+	}
+
+	// After Close, a Hub no longer hears the broker.
+	require.NoError(t, servers[1].hub.Close())
+	require.NoError(t, servers[0].hub.Publish("room", gust.OpText, []byte("after close")))
+	waitFor(t, "local delivery", 5*time.Second, func() bool { return clients[0].count.Load() == 4 })
+	time.Sleep(20 * time.Millisecond)
+	require.EqualValues(t, 3, clients[2].count.Load())
+}
+
+func TestLocalBroker(t *testing.T) {
+	b := gust.NewLocalBroker()
+	var got []string
+	unsub, err := b.Subscribe(func(topic string, msg []byte) { got = append(got, topic+"="+string(msg)) })
+	require.NoError(t, err)
+	require.NoError(t, b.Publish("t", []byte("1")))
+	unsub()
+	unsub()
+	require.NoError(t, b.Publish("t", []byte("2")))
+	require.Equal(t, []string{"t=1"}, got)
+}
+
+// A broadcast server: every connection joins the Hub through Wrap, chooses
+// rooms with a message, and the server pushes to a room or to everyone.
+func ExampleHub() {
+	hub, err := gust.NewHub(nil) // CloseSlow, 256 messages per connection
+	if err != nil {
+		panic(err)
+	}
+	srv := gust.NewServer(hub.Wrap(roomHandler{hub: hub}), nil)
+	go srv.ListenAndServe("127.0.0.1:0")
+	defer srv.Close()
+
+	hub.Publish("lobby", gust.OpText, []byte("to the lobby"))
+	hub.PublishAll(gust.OpText, []byte("to everyone"))
+	fmt.Println(hub.Stats().Connections)
+	// Output: 0
+}
+
+type roomHandler struct {
+	gust.BuiltinEventHandler
+	hub *gust.Hub
+}
+
+func (h roomHandler) OnMessage(c *gust.Conn, m *gust.Message) {
+	h.hub.Subscribe(c, string(m.Data)) // the message names a room
+	m.Close()
+}
