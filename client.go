@@ -53,6 +53,15 @@ type DialOptions struct {
 	// HTTP_PROXY or HTTPS_PROXY and honours NO_PROXY (it never proxies
 	// localhost or loopback addresses). Default nil: no proxy.
 	Proxy func(*http.Request) (*url.URL, error)
+
+	// HTTP2 lets Dial open a wss:// WebSocket as an HTTP/2 stream (RFC
+	// 8441): the TLS handshake offers h2, and when the server picks it and
+	// announces SETTINGS_ENABLE_CONNECT_PROTOCOL, the handshake is an
+	// extended CONNECT. When the server does not pick h2 or does not allow
+	// extended CONNECT, Dial falls back to HTTP/1.1 (on a new connection in
+	// the second case). Each Dial uses its own TCP connection. Default
+	// false: HTTP/1.1 only.
+	HTTP2 bool
 }
 
 // DialError reports a handshake the server refused: it answered with
@@ -134,6 +143,15 @@ func Dial(ctx context.Context, rawURL string, h Event, opts *DialOptions) (*Conn
 		release()
 		return nil, nil, dialFailed(ctx, u, err)
 	}
+	if tc, ok := nc.(*tls.Conn); ok && tc.ConnectionState().NegotiatedProtocol == "h2" {
+		c, resp, err := d.handshakeH2(ctx, tc, u, h, release)
+		if errors.Is(err, errNoExtendedConnect) { // the server speaks h2 but not RFC 8441
+			opts2 := *opts
+			opts2.HTTP2 = false
+			return Dial(ctx, rawURL, h, &opts2)
+		}
+		return c, resp, err
+	}
 	return d.handshake(ctx, nc, raw, u, h, release)
 }
 
@@ -168,6 +186,7 @@ type dialer struct {
 	proxy    func(*http.Request) (*url.URL, error)
 	offer    string // Sec-WebSocket-Extensions, or ""
 	protocol string // Sec-WebSocket-Protocol, or ""
+	http2    bool   // offer h2 in TLS ALPN and try RFC 8441
 }
 
 // reservedHeaders are the request headers the handshake writes itself.
@@ -180,7 +199,7 @@ func newDialer(opts *DialOptions) (*dialer, error) {
 	if opts == nil {
 		opts = &DialOptions{}
 	}
-	d := &dialer{cfg: newConfig(&opts.Options), netDial: opts.NetDialContext, proxy: opts.Proxy}
+	d := &dialer{cfg: newConfig(&opts.Options), netDial: opts.NetDialContext, proxy: opts.Proxy, http2: opts.HTTP2}
 	if d.netDial == nil {
 		d.netDial = (&net.Dialer{}).DialContext
 	}
@@ -298,8 +317,11 @@ func (d *dialer) transport(ctx context.Context, nc net.Conn, u *url.URL, target 
 	if cfg.ServerName == "" {
 		cfg.ServerName = u.Hostname()
 	}
-	// The handshake is HTTP/1.1 (RFC 6455); a server must not pick h2.
+	// The handshake is HTTP/1.1 (RFC 6455), unless HTTP2 asks for RFC 8441.
 	cfg.NextProtos = []string{"http/1.1"}
+	if d.http2 {
+		cfg.NextProtos = []string{"h2", "http/1.1"}
+	}
 	tc := tls.Client(nc, cfg)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		return nil, err
@@ -467,6 +489,12 @@ func (d *dialer) checkResponse(resp *http.Response, key string) (string, *deflat
 	if accept := h.Values("Sec-WebSocket-Accept"); len(accept) != 1 || accept[0] != handshake.AcceptKey(key) {
 		return "", nil, badHandshake("Sec-WebSocket-Accept %q does not answer the key", accept)
 	}
+	return d.checkNegotiated(h)
+}
+
+// checkNegotiated settles the subprotocol and the permessage-deflate
+// parameters of an accepting response, over HTTP/1.1 or HTTP/2.
+func (d *dialer) checkNegotiated(h http.Header) (string, *deflateParams, error) {
 	var subprotocol string
 	switch protos := handshake.Tokens(h, "Sec-WebSocket-Protocol"); {
 	case len(protos) > 1:

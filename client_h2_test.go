@@ -1,0 +1,170 @@
+package gust
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// dialH2Options trusts the httptest server behind addr (from startH2).
+func dialH2Options(t *testing.T, addr string) (string, *DialOptions) {
+	v, ok := h2Servers.Load(addr)
+	require.True(t, ok)
+	srv := v.(*h2Server)
+	roots := srv.client.Transport.(*http.Transport).TLSClientConfig.RootCAs
+	return "wss://" + strings.TrimPrefix(srv.url, "https://") + "/ws", &DialOptions{
+		Options: Options{TLSConfig: &tls.Config{RootCAs: roots}, Compression: CompressionOptions{Enabled: true}},
+		HTTP2:   true,
+	}
+}
+
+// collector records what a client Conn receives.
+type collector struct {
+	BuiltinEventHandler
+	msgs   chan *Message
+	closed chan error
+}
+
+func newCollector() *collector {
+	return &collector{msgs: make(chan *Message, 16), closed: make(chan error, 1)}
+}
+
+func (h *collector) OnMessage(c *Conn, m *Message) { h.msgs <- m }
+func (h *collector) OnClose(c *Conn, err error)    { h.closed <- err }
+
+func (h *collector) next(t *testing.T) *Message {
+	t.Helper()
+	select {
+	case m := <-h.msgs:
+		return m
+	case <-time.After(10 * time.Second):
+		t.Fatal("no message")
+		return nil
+	}
+}
+
+func (h *collector) waitClose(t *testing.T) error {
+	t.Helper()
+	select {
+	case err := <-h.closed:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal("OnClose was not called")
+		return nil
+	}
+}
+
+func TestDialH2Echo(t *testing.T) {
+	server := newEcho()
+	addr := startH2(t, server, &Options{Compression: CompressionOptions{Enabled: true}})
+	url, opts := dialH2Options(t, addr)
+	h := newCollector()
+	c, resp, err := Dial(context.Background(), url, h, opts)
+	require.NoError(t, err)
+	require.Equal(t, 2, resp.ProtoMajor)
+	require.True(t, c.Compressed())
+	go c.ReadLoop()
+	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<16)
+	for _, m := range []struct {
+		op Opcode
+		p  []byte
+	}{{OpText, []byte("hello over h2")}, {OpBinary, []byte{1, 2, 3}}, {OpBinary, big}} {
+		require.NoError(t, c.WriteMessage(m.op, m.p))
+		got := h.next(t)
+		require.Equal(t, m.op, got.Opcode)
+		require.Equal(t, m.p, got.Data)
+		got.Close()
+	}
+	require.NoError(t, c.WriteClose(StatusNormalClosure, "done"))
+	require.Equal(t, StatusNormalClosure, CloseStatus(h.waitClose(t)))
+	require.Equal(t, StatusNormalClosure, CloseStatus(server.waitClose(t)))
+}
+
+func TestDialH2FallsBackWhenTheServerSpeaksHTTP1(t *testing.T) {
+	u := NewUpgrader(newEcho(), nil)
+	ts := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := u.Upgrade(w, r)
+		if err == nil {
+			c.ReadLoop()
+		}
+	}))
+	defer ts.Close()
+	h := newCollector()
+	opts := &DialOptions{Options: Options{TLSConfig: ts.Client().Transport.(*http.Transport).TLSClientConfig}, HTTP2: true}
+	c, resp, err := Dial(context.Background(), "wss://"+strings.TrimPrefix(ts.URL, "https://"), h, opts)
+	require.NoError(t, err)
+	require.Equal(t, 1, resp.ProtoMajor)
+	go c.ReadLoop()
+	require.NoError(t, c.WriteString("plain"))
+	m := h.next(t)
+	require.Equal(t, "plain", string(m.Data))
+	require.NoError(t, c.WriteClose(StatusNormalClosure, ""))
+	h.waitClose(t)
+}
+
+// TestDialH2BadServerFrames runs frame-level failures the other way: a
+// server that breaks the protocol on an HTTP/2 stream, and gust's client.
+func TestDialH2BadServerFrames(t *testing.T) {
+	tests := []struct {
+		name string
+		send []byte
+		code StatusCode
+	}{
+		{"masked server frame", encodeFrame(0x81, []byte("x"), true), StatusProtocolError},
+		{"reserved bit", encodeFrame(0xA1, []byte("x"), false), StatusProtocolError},
+		{"bad UTF-8", encodeFrame(0x81, []byte("\xff"), false), StatusInvalidFramePayloadData},
+		{"fragmented ping", encodeFrame(0x09, nil, false), StatusProtocolError},
+		{"continuation first", encodeFrame(0x80, []byte("x"), false), StatusProtocolError},
+		{"too big", encodeFrame(0x82, make([]byte, 2000), false), StatusMessageTooBig},
+		{"close code 1005", encodeFrame(0x88, closePayload(1005, ""), false), StatusProtocolError},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := make(chan []byte, 1)
+			ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(http.StatusOK)
+				rc := http.NewResponseController(w)
+				rc.Flush()
+				w.Write(tt.send)
+				rc.Flush()
+				// Read the client's close frame (masked) and report its payload.
+				var h [6]byte
+				if _, err := io.ReadFull(r.Body, h[:]); err != nil {
+					got <- nil
+					return
+				}
+				p := make([]byte, h[1]&0x7f)
+				io.ReadFull(r.Body, p)
+				for i := range p {
+					p[i] ^= h[2+i&3]
+				}
+				got <- append([]byte{h[0]}, p...)
+			}))
+			ts.EnableHTTP2 = true
+			ts.StartTLS()
+			defer ts.Close()
+			h := newCollector()
+			opts := &DialOptions{Options: Options{MaxMessageSize: 1000,
+				TLSConfig: ts.Client().Transport.(*http.Transport).TLSClientConfig}, HTTP2: true}
+			c, resp, err := Dial(context.Background(), "wss://"+strings.TrimPrefix(ts.URL, "https://"), h, opts)
+			require.NoError(t, err)
+			require.Equal(t, 2, resp.ProtoMajor)
+			go c.ReadLoop()
+			var pe *ProtocolError
+			require.ErrorAs(t, h.waitClose(t), &pe)
+			require.Equal(t, tt.code, pe.Code)
+			f := <-got
+			require.NotNil(t, f)
+			require.Equal(t, byte(0x88), f[0])
+			require.Equal(t, closePayload(tt.code, "")[:2], f[1:3])
+		})
+	}
+}
