@@ -4,7 +4,9 @@
 #                     Autobahn TestSuite: every section (1-13, compression included, ~11 min) on
 #                     the Server path and sections 1-10 (~30 s) on the Upgrader path (installs
 #                     wstest itself)
+#                     and gust's client against wstest's fuzzing server, sections 1-10
 #   make autobahn     the whole Autobahn TestSuite (1-13, compression included) on both paths
+#                     and for the client (make autobahn-client: the client alone)
 #   make fuzz         every Fuzz* target for $(FUZZTIME) each (default 20s)
 #   make cover        tests with coverage; writes coverage.out and coverage.html
 #   make bench        benchmark harness (scripts/bench), bench-quick a short run of it
@@ -17,15 +19,21 @@ AUTOBAHN_QUICK := 1.*,2.*,3.*,4.*,5.*,6.*,7.*,9.*,10.*
 AUTOBAHN_ALL := 1.*,2.*,3.*,4.*,5.*,6.*,7.*,9.*,10.*,12.*,13.*
 export FUZZTIME ?= 20s
 
-.PHONY: test autobahn fuzz bench bench-quick cover install-wstest install-interop
+.PHONY: test autobahn autobahn-client fuzz bench bench-quick cover install-wstest install-interop
 
 test: install-wstest install-interop
 	scripts/gotest
 	scripts/autobahn -server upgrader -cases '$(AUTOBAHN_QUICK)' $(AUTOBAHN_FLAGS)
 	scripts/autobahn -server server -cases '$(AUTOBAHN_ALL)' $(AUTOBAHN_FLAGS)
+	scripts/autobahn-client -cases '$(AUTOBAHN_QUICK)'
 
 autobahn: install-wstest
 	scripts/autobahn -server both -cases '$(AUTOBAHN_ALL)' $(AUTOBAHN_FLAGS)
+	scripts/autobahn-client -cases '$(AUTOBAHN_ALL)'
+
+# The client alone against wstest's fuzzing server, every section.
+autobahn-client: install-wstest
+	scripts/autobahn-client -cases '$(AUTOBAHN_ALL)'
 
 install-wstest:
 	scripts/install-wstest >/dev/null

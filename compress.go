@@ -16,6 +16,11 @@ import (
 
 // CompressionOptions configures permessage-deflate (RFC 7692). The zero
 // value turns compression off.
+//
+// The fields are named for the server's side. On the client side (Dial),
+// the Server* fields are what the client asks of the server (a server that
+// accepts without honouring them fails the handshake), and the Client*
+// fields what the client does with its own messages.
 type CompressionOptions struct {
 	// Enabled offers (client) or accepts (server) permessage-deflate.
 	// Default false.

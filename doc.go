@@ -2,8 +2,10 @@
 // backends.
 //
 // A connection is a [*Conn]. It comes from an [Upgrader] inside a net/http
-// handler, or from a [Server] that runs its own accept loop and handshake
-// parser on any net.Listener. Each Conn reports what happens to it through an
+// handler, from a [Server] that runs its own accept loop and handshake
+// parser on any net.Listener, or from [Dial] and [NewClientFromConn] on the
+// client side: the same type, with masked writes. The Upgrader also answers
+// WebSockets over HTTP/2 (RFC 8441), and Dial can open them. Each Conn reports what happens to it through an
 // [Event] handler: OnOpen once, then OnMessage, OnPing and OnPong as frames
 // arrive, and exactly one OnClose at the end, whatever ended the connection.
 //
@@ -13,5 +15,5 @@
 // dispatching the bytes of one read are corked: they are written together, in
 // one system call, before the next blocking read.
 //
-// See ExampleUpgrader and ExampleServer to start.
+// See ExampleUpgrader, ExampleServer and ExampleDial to start.
 package gust

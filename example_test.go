@@ -177,3 +177,28 @@ func ExampleCloseStatus() {
 	// user logged out
 	// the server answered with StatusCode(4000)
 }
+
+// ExampleDial connects gust's client to an echo server, with compression
+// offered, and waits for the echo.
+func ExampleDial() {
+	upgrader := gust.NewUpgrader(echo{}, &gust.Options{Compression: gust.CompressionOptions{Enabled: true}})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c, err := upgrader.Upgrade(w, r); err == nil {
+			c.ReadLoop()
+		}
+	}))
+	defer srv.Close()
+
+	in := newInbox()
+	opts := &gust.DialOptions{Options: gust.Options{Compression: gust.CompressionOptions{Enabled: true}}}
+	c, _, err := gust.Dial(context.Background(), "ws"+strings.TrimPrefix(srv.URL, "http"), in, opts)
+	if err != nil {
+		log.Fatal(err)
+	}
+	go c.ReadLoop()
+	c.WriteString("hello")
+	fmt.Println(<-in.messages, c.Compressed())
+	c.WriteClose(gust.StatusNormalClosure, "")
+	<-in.closed
+	// Output: hello true
+}

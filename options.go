@@ -62,33 +62,40 @@ type Options struct {
 	ErrorLog *log.Logger
 
 	// Subprotocols lists the subprotocols a server supports, in order of
-	// preference; the first one the client also offers is selected.
-	// Default none: no Sec-WebSocket-Protocol in the response.
+	// preference; the first one the client also offers is selected. On the
+	// client side (Dial) it is the list offered, in order of preference.
+	// Default none: no Sec-WebSocket-Protocol.
 	Subprotocols []string
 
 	// ResponseHeader is added to every handshake response a server sends
-	// (for example Set-Cookie). Default none.
+	// (for example Set-Cookie). Server side only. Default none.
 	ResponseHeader http.Header
 
 	// CheckOrigin decides whether a server accepts a handshake, from the
 	// request's Origin; a false answer refuses it with 403. Default: accept
 	// requests without an Origin header (non-browser clients) and requests
 	// whose Origin host equals the Host header (same-origin browsers).
+	// Server side only.
 	CheckOrigin func(r *http.Request) bool
 
 	// HandshakeTimeout bounds the time a Server waits for a complete
-	// handshake request after accepting a connection. Default 10s.
+	// handshake request after accepting a connection, the time an Upgrader
+	// takes to write its response, and on the client side the whole of
+	// Dial (connect, proxy, TLS and handshake). Default 10s.
 	HandshakeTimeout time.Duration
 
 	// MaxHeaderBytes bounds the size of a handshake request head a Server
-	// reads; a larger one is refused with 431. Default 16 KiB.
+	// reads (a larger one is refused with 431), and on the client side the
+	// size of the response head. Default 16 KiB.
 	MaxHeaderBytes int
 
 	// Compression configures permessage-deflate (RFC 7692). Default: off.
 	Compression CompressionOptions
 
-	// TLSConfig is used by Server.ListenAndServeTLS. Default nil: a config
-	// with the certificate files given to ListenAndServeTLS.
+	// TLSConfig is used by Server.ListenAndServeTLS, and by Dial for wss://
+	// URLs (a copy: ServerName defaults to the URL's host, and NextProtos
+	// is set by Dial). Default nil: a config with the certificate files
+	// given to ListenAndServeTLS; the system roots for Dial.
 	TLSConfig *tls.Config
 }
 
