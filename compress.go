@@ -2,6 +2,7 @@ package gust
 
 import (
 	"io"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -214,20 +215,53 @@ func newDeflateState(p deflateParams, o *CompressionOptions, server bool) *defla
 	return d
 }
 
-// Pools of compressors, by level (1–9) and by window bits (8–14, levels
-// ignored: flate's custom-window encoder has one).
+// Compressors are kept for reuse in small free lists, by level (1–9) and
+// by window bits (8–14, levels ignored: flate's custom-window encoder has
+// one). A free list, unlike a sync.Pool, drops what it has no room for at
+// once: when a thousand connections go idle together, their compressors
+// (~800 KiB each) are garbage at the next GC, not two GCs later.
 var (
-	writerPools [flate.BestCompression + 1]sync.Pool
-	windowPools [maxWindowBits]sync.Pool
-	readerPool  sync.Pool
+	writerFree [flate.BestCompression + 1]freeList
+	windowFree [maxWindowBits]freeList
+	readerPool sync.Pool
 )
 
-func (d *deflateState) getWriter(w io.Writer) *flate.Writer {
-	pool := &writerPools[d.level]
-	if d.writeBits < maxWindowBits {
-		pool = &windowPools[d.writeBits]
+// freeList holds up to 4×GOMAXPROCS idle compressors.
+type freeList struct {
+	once sync.Once
+	ch   chan *flate.Writer
+}
+
+func (f *freeList) list() chan *flate.Writer {
+	f.once.Do(func() { f.ch = make(chan *flate.Writer, max(8, 4*runtime.GOMAXPROCS(0))) })
+	return f.ch
+}
+
+func (f *freeList) get() *flate.Writer {
+	select {
+	case fw := <-f.list():
+		return fw
+	default:
+		return nil
 	}
-	if fw, ok := pool.Get().(*flate.Writer); ok {
+}
+
+func (f *freeList) put(fw *flate.Writer) {
+	select {
+	case f.list() <- fw:
+	default: // full: let the GC have it
+	}
+}
+
+func (d *deflateState) freeList() *freeList {
+	if d.writeBits < maxWindowBits {
+		return &windowFree[d.writeBits]
+	}
+	return &writerFree[d.level]
+}
+
+func (d *deflateState) getWriter(w io.Writer) *flate.Writer {
+	if fw := d.freeList().get(); fw != nil {
 		fw.Reset(w)
 		return fw
 	}
@@ -242,11 +276,7 @@ func (d *deflateState) getWriter(w io.Writer) *flate.Writer {
 
 func (d *deflateState) putWriter(fw *flate.Writer) {
 	fw.ResetDict(nil, nil) // forget the dictionary: the next user has its own
-	if d.writeBits < maxWindowBits {
-		windowPools[d.writeBits].Put(fw)
-	} else {
-		writerPools[d.level].Put(fw)
-	}
+	d.freeList().put(fw)
 }
 
 // sink collects compressed bytes into a pooled buffer.
