@@ -191,7 +191,6 @@ type deflateState struct {
 	writeNoCtx   bool
 	fw           *flate.Writer // held between messages only with context takeover, while busy
 	writeSink    sink
-	sent         []byte      // the last window of bytes sent, with context takeover
 	idleTimer    *time.Timer // gives fw back once the connection stops sending
 	timerArmed   bool
 	usedRecently bool
@@ -226,14 +225,14 @@ var (
 	readerPool sync.Pool
 )
 
-// freeList holds up to 4×GOMAXPROCS idle compressors.
+// freeList holds up to 2×GOMAXPROCS idle compressors.
 type freeList struct {
 	once sync.Once
 	ch   chan *flate.Writer
 }
 
 func (f *freeList) list() chan *flate.Writer {
-	f.once.Do(func() { f.ch = make(chan *flate.Writer, max(8, 4*runtime.GOMAXPROCS(0))) })
+	f.once.Do(func() { f.ch = make(chan *flate.Writer, max(2, 2*runtime.GOMAXPROCS(0))) })
 	return f.ch
 }
 
@@ -303,10 +302,11 @@ func (d *deflateState) compress(p []byte) (*[]byte, int, error) {
 	d.writeSink = sink{}
 	fw := d.fw
 	if fw == nil {
+		// After an idle release the compressor starts from an empty
+		// window: context takeover allows back-references into earlier
+		// messages, it never requires them, so the peer decodes this as
+		// well, and gust keeps no copy of what it sent.
 		fw = d.getWriter(&d.writeSink)
-		if !d.writeNoCtx && len(d.sent) > 0 {
-			fw.ResetDict(&d.writeSink, d.sentWindow()) // resume after an idle release
-		}
 	}
 	_, err := fw.Write(p)
 	if err == nil {
@@ -317,7 +317,6 @@ func (d *deflateState) compress(p []byte) (*[]byte, int, error) {
 		d.fw = nil
 	} else {
 		d.fw = fw
-		d.sent = slideWindow(d.sent, p, 1<<d.writeBits)
 		d.usedRecently = true
 	}
 	buf, n := d.writeSink.buf, d.writeSink.n
@@ -332,17 +331,10 @@ func (d *deflateState) compress(p []byte) (*[]byte, int, error) {
 	return buf, n, nil
 }
 
-// sentWindow is the dictionary that resumes compression with context
-// takeover: the last 2^writeBits bytes sent.
-func (d *deflateState) sentWindow() []byte {
-	return d.sent[max(0, len(d.sent)-1<<d.writeBits):]
-}
-
 // deflateIdleRelease is how long a connection keeps its compressor after
-// its last compressed message, with context takeover. Then only the window
-// of bytes sent stays, and the compressor goes back to the pool: idle
-// connections hold kilobytes, not the hundreds of kilobytes of a
-// compressor.
+// its last compressed message, with context takeover. Then the compressor
+// goes back to the free list: idle connections hold kilobytes, not the
+// hundreds of kilobytes of a compressor.
 const deflateIdleRelease = time.Second
 
 // armIdleRelease schedules the release of a held compressor; the caller
@@ -379,7 +371,6 @@ func (c *Conn) releaseIdleCompressor() {
 	d.putWriter(d.fw)
 	d.fw = nil
 	d.timerArmed = false
-	d.sent = append([]byte(nil), d.sentWindow()...) // drop the slack
 }
 
 // release gives the compressor back, when the connection ends; the caller
