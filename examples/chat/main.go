@@ -1,0 +1,240 @@
+// Command chat is a chat server over a gust Hub, with its web page: rooms,
+// names, join and leave notices, and a page that reconnects by itself.
+//
+//	go run ./examples/chat                       # http://127.0.0.1:8080
+//	go run ./examples/chat -addr 127.0.0.1:9000
+//
+// The page (static/index.html, embedded in the binary) opens
+// ws://HOST/ws?name=NAME&room=ROOM. Each connection joins its room's topic
+// on the Hub; what one member says is published to the room, and every
+// member's connection gets it through its own bounded queue, so a member
+// who stops reading cannot slow the others (the Hub closes it with 1008).
+//
+// Messages from the page are JSON: {"text": "..."}. Messages to the page
+// are JSON too: {"type": "welcome"|"join"|"leave"|"message", "room", "name",
+// "text", "members"}.
+package main
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"flag"
+	"io/fs"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gustws/gust"
+)
+
+//go:embed static
+var static embed.FS
+
+const (
+	maxName = 32
+	maxText = 2000
+)
+
+// chat is the server: a Hub with one topic per room, and who is in which.
+type chat struct {
+	gust.BuiltinEventHandler
+	hub      *gust.Hub
+	upgrader *gust.Upgrader
+
+	mu    sync.Mutex
+	rooms map[string]map[*gust.Conn]string // room -> connection -> name
+}
+
+// event is what the page receives.
+type event struct {
+	Type    string   `json:"type"`
+	Room    string   `json:"room"`
+	Name    string   `json:"name,omitempty"`
+	Text    string   `json:"text,omitempty"`
+	Members []string `json:"members,omitempty"`
+	Time    int64    `json:"time"` // Unix milliseconds
+}
+
+func newChat() (*chat, error) {
+	hub, err := gust.NewHub(nil) // CloseSlow: a member who stops reading is closed with 1008
+	if err != nil {
+		return nil, err
+	}
+	ch := &chat{hub: hub, rooms: make(map[string]map[*gust.Conn]string)}
+	// Wrap removes a connection from the Hub before OnClose runs, so the
+	// "left" notice does not go to the connection that left.
+	ch.upgrader = gust.NewUpgrader(hub.Wrap(ch), &gust.Options{
+		MaxMessageSize: 16 << 10,
+		Compression:    gust.CompressionOptions{Enabled: true},
+	})
+	return ch, nil
+}
+
+// handler serves the page and the WebSocket endpoint.
+func (ch *chat) handler() http.Handler {
+	mux := http.NewServeMux()
+	page, err := fs.Sub(static, "static")
+	if err != nil {
+		panic(err)
+	}
+	mux.Handle("GET /", http.FileServerFS(page))
+	mux.HandleFunc("GET /ws", func(w http.ResponseWriter, r *http.Request) {
+		name := clean(r.URL.Query().Get("name"), "anonymous")
+		room := clean(r.URL.Query().Get("room"), "lobby")
+		c, err := ch.upgrader.Upgrade(w, r)
+		if err != nil {
+			return // Upgrade has answered with the HTTP error
+		}
+		c.Session().Store("name", name)
+		c.Session().Store("room", room)
+		c.ReadLoop()
+	})
+	return mux
+}
+
+// clean trims s to a short single line, or returns def when nothing is left.
+func clean(s, def string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	for len(s) > maxName || !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s[:min(len(s), maxName)], "")
+	}
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func who(c *gust.Conn) (name, room string) {
+	n, _ := c.Session().Load("name")
+	r, _ := c.Session().Load("room")
+	return n.(string), r.(string)
+}
+
+func (ch *chat) OnOpen(c *gust.Conn) {
+	name, room := who(c)
+	ch.mu.Lock()
+	if ch.rooms[room] == nil {
+		ch.rooms[room] = make(map[*gust.Conn]string)
+	}
+	ch.rooms[room][c] = name
+	members := ch.membersLocked(room)
+	ch.mu.Unlock()
+
+	ch.send(c, event{Type: "welcome", Room: room, Name: name, Members: members})
+	if err := ch.hub.Subscribe(c, room); err != nil {
+		log.Printf("chat: subscribe %v: %v", c.RemoteAddr(), err)
+		return
+	}
+	ch.publish(event{Type: "join", Room: room, Name: name, Members: members})
+}
+
+func (ch *chat) OnMessage(c *gust.Conn, m *gust.Message) {
+	defer m.Close()
+	var in struct {
+		Text string `json:"text"`
+	}
+	if m.Opcode != gust.OpText || json.Unmarshal(m.Data, &in) != nil {
+		c.WriteClose(4000, "expected JSON text messages")
+		return
+	}
+	text := strings.TrimSpace(in.Text)
+	if text == "" {
+		return
+	}
+	if len(text) > maxText {
+		text = strings.ToValidUTF8(text[:maxText], "")
+	}
+	name, room := who(c)
+	ch.publish(event{Type: "message", Room: room, Name: name, Text: text})
+}
+
+func (ch *chat) OnClose(c *gust.Conn, err error) {
+	name, room := who(c)
+	ch.mu.Lock()
+	delete(ch.rooms[room], c)
+	members := ch.membersLocked(room)
+	if len(ch.rooms[room]) == 0 {
+		delete(ch.rooms, room)
+	}
+	ch.mu.Unlock()
+	ch.publish(event{Type: "leave", Room: room, Name: name, Members: members})
+}
+
+func (ch *chat) membersLocked(room string) []string {
+	var names []string
+	for _, n := range ch.rooms[room] {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+func (ch *chat) publish(e event) {
+	e.Time = time.Now().UnixMilli()
+	b, _ := json.Marshal(e)
+	if err := ch.hub.Publish(e.Room, gust.OpText, b); err != nil {
+		log.Printf("chat: publish to %q: %v", e.Room, err)
+	}
+}
+
+func (ch *chat) send(c *gust.Conn, e event) {
+	e.Time = time.Now().UnixMilli()
+	b, _ := json.Marshal(e)
+	if err := c.WriteMessage(gust.OpText, b); err != nil {
+		log.Printf("chat: write to %v: %v", c.RemoteAddr(), err)
+	}
+}
+
+// closeAll closes every connection with code and reason: the pages
+// reconnect by themselves.
+func (ch *chat) closeAll(code gust.StatusCode, reason string) {
+	ch.mu.Lock()
+	var conns []*gust.Conn
+	for _, members := range ch.rooms {
+		for c := range members {
+			conns = append(conns, c)
+		}
+	}
+	ch.mu.Unlock()
+	for _, c := range conns {
+		c.WriteClose(code, reason)
+	}
+}
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on")
+	flag.Parse()
+
+	ch, err := newChat()
+	if err != nil {
+		log.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv := &http.Server{Handler: ch.handler(), ReadHeaderTimeout: 10 * time.Second}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		ch.closeAll(gust.StatusNormalClosure, "server shutting down")
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(shutdown)
+	}()
+	log.Printf("chat on http://%s", ln.Addr())
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		log.Fatal(err)
+	}
+}
