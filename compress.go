@@ -1,6 +1,7 @@
 package gust
 
 import (
+	"bytes"
 	"io"
 	"runtime"
 	"strconv"
@@ -198,8 +199,8 @@ type deflateState struct {
 	// read side, owned by the read goroutine
 	readBits  int
 	readNoCtx bool
-	readDict  []byte // the last window of inflated bytes, with context takeover
-	readSrc   tailReader
+	readDict  []byte       // the last window of inflated bytes, with context takeover
+	readSrc   bytes.Reader // a type flate has a fast path for
 }
 
 func newDeflateState(p deflateParams, o *CompressionOptions, server bool) *deflateState {
@@ -404,45 +405,17 @@ func slideWindow(buf, p []byte, size int) []byte {
 
 // deflateTail ends a message's deflate data: the sync marker the sender
 // removed, then an empty final stored block, so that the inflater reports
-// io.EOF rather than asking for more.
+// io.EOF rather than asking for more. The reader appends it to the
+// compressed bytes before calling inflate.
 var deflateTail = []byte{0x00, 0x00, 0xff, 0xff, 0x01, 0x00, 0x00, 0xff, 0xff}
 
-// tailReader reads a message's compressed bytes and then deflateTail. It
-// is an io.ByteReader, so flate reads from it without a bufio.Reader.
-type tailReader struct {
-	p, tail []byte
-}
-
-func (r *tailReader) Read(b []byte) (int, error) {
-	if len(r.p) == 0 {
-		r.p, r.tail = r.tail, nil
-		if len(r.p) == 0 {
-			return 0, io.EOF
-		}
-	}
-	n := copy(b, r.p)
-	r.p = r.p[n:]
-	return n, nil
-}
-
-func (r *tailReader) ReadByte() (byte, error) {
-	if len(r.p) == 0 {
-		r.p, r.tail = r.tail, nil
-		if len(r.p) == 0 {
-			return 0, io.EOF
-		}
-	}
-	c := r.p[0]
-	r.p = r.p[1:]
-	return c, nil
-}
-
-// inflate decompresses one message into a pooled buffer. It stops as soon
+// inflate decompresses one message, src, which ends with deflateTail, into
+// a pooled buffer. It stops as soon
 // as the output passes limit (a negative limit means none), so that a small
 // frame that would inflate to gigabytes costs at most limit bytes; it
 // checks text as it goes unless validate is nil.
 func (d *deflateState) inflate(src []byte, limit int64, validate *utf8.Validator) (*[]byte, int, error) {
-	d.readSrc = tailReader{p: src, tail: deflateTail}
+	d.readSrc.Reset(src)
 	fr, _ := readerPool.Get().(io.ReadCloser)
 	if fr == nil {
 		fr = flate.NewReader(nil)

@@ -12,7 +12,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gustws/gust/internal/bufpool"
 	"github.com/gustws/gust/internal/handshake"
+	"github.com/gustws/gust/internal/utf8"
+	utf8std "unicode/utf8"
 )
 
 func TestNegotiateDeflate(t *testing.T) {
@@ -276,4 +279,48 @@ func TestSlideWindow(t *testing.T) {
 	}
 	w = slideWindow(w, bytes.Repeat([]byte{7}, 100), 64)
 	require.Equal(t, bytes.Repeat([]byte{7}, 64), w)
+}
+
+// FuzzInflate feeds arbitrary bytes to the inflater, with and without a
+// window from an earlier message, and checks that it never panics, never
+// returns more than the limit, returns valid UTF-8 when asked to check it,
+// and fails only with the close codes RFC 6455 names for it.
+func FuzzInflate(f *testing.F) {
+	var z bytes.Buffer
+	fw, _ := flate.NewWriter(&z, flate.BestSpeed)
+	for _, s := range []string{"", "hello", strings.Repeat("abc", 400), "wörld \xff"} {
+		z.Reset()
+		fw.Write([]byte(s))
+		fw.Flush()
+		f.Add(bytes.Clone(z.Bytes()[:z.Len()-4]), []byte("dictionary"), true)
+	}
+	f.Add([]byte{0xff, 0xff}, []byte(nil), false)
+	f.Add([]byte{0x00, 0x05, 0x00, 0xfa, 0xff, 'a'}, []byte(nil), false) // stored block, truncated
+	f.Fuzz(func(t *testing.T, src, dict []byte, text bool) {
+		const limit = 1 << 16
+		opts := CompressionOptions{Enabled: true}
+		opts.withDefaults()
+		d := newDeflateState(deflateParams{serverMaxWindowBits: 15, clientMaxWindowBits: 15}, &opts, true)
+		d.readDict = dict
+		var v *utf8.Validator
+		if text {
+			v = new(utf8.Validator)
+		}
+		in := append(bytes.Clone(src), deflateTail...)
+		out, n, err := d.inflate(in, limit, v)
+		if err != nil {
+			var pe *ProtocolError
+			require.ErrorAs(t, err, &pe)
+			require.Contains(t, []StatusCode{StatusInvalidFramePayloadData, StatusMessageTooBig}, pe.Code)
+			return
+		}
+		defer bufpool.Put(out)
+		require.LessOrEqual(t, n, limit)
+		if text {
+			require.Equal(t, utf8std.Valid((*out)[:n]), v.Complete())
+		}
+		// The window now ends with what was inflated.
+		k := min(n, len(d.readDict))
+		require.Equal(t, (*out)[n-k:n], d.readDict[len(d.readDict)-k:])
+	})
 }

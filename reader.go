@@ -346,7 +346,9 @@ func (c *Conn) inflateMessage() error {
 	if rd.op == OpText && !c.cfg.SkipUTF8Validation {
 		v = &rd.utf8
 	}
-	out, n, err := c.deflate.inflate((*rd.msg)[:rd.n], c.cfg.MaxMessageSize, v)
+	rd.msg = bufpool.Grow(rd.msg, rd.n+len(deflateTail))
+	copy((*rd.msg)[rd.n:], deflateTail)
+	out, n, err := c.deflate.inflate(*rd.msg, c.cfg.MaxMessageSize, v)
 	if err != nil {
 		return err
 	}
