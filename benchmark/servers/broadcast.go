@@ -1,0 +1,133 @@
+package servers
+
+import (
+	"os"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The broadcast servers (bcast-*) are echo servers like the others until BROADCAST_CONNS
+// connections are open; then one goroutine publishes a BROADCAST_SIZE-byte text message (1 KiB
+// by default) to every connection, flat out, for as long as that many stay open. gustload
+// -recv-only counts what arrives: deliveries per second, and with -pid the server's CPU seconds
+// per million deliveries.
+//
+// "Flat out" needs flow control, or a publisher that outruns the sockets would grow every
+// queue without end (gws) or have the Hub close its receivers as slow (gust): each publisher
+// keeps at most about BROADCAST_WINDOW (16) messages per connection queued and not yet
+// written, each the way its library allows: gust reads Hub.Stats().Pending; gws queues a
+// marker behind every eighth broadcast on each connection's write queue (conn.Async); gorilla
+// counts the messages its writer goroutines have not yet written. Publishing starts only once
+// every connection is open, so that no socket buffer fills while gustload is still ramping up
+// (its readers start when the last connection is open).
+
+// bcastConfig is read from the environment when a broadcast server starts.
+type bcastConfig struct {
+	conns  int // connections that start the publisher; 0: never (a plain echo server)
+	size   int
+	window int
+}
+
+func bcastConfigFromEnv() bcastConfig {
+	c := bcastConfig{size: 1024, window: 16}
+	if n, err := strconv.Atoi(os.Getenv("BROADCAST_CONNS")); err == nil && n > 0 {
+		c.conns = n
+	}
+	if n, err := strconv.Atoi(os.Getenv("BROADCAST_SIZE")); err == nil && n >= 16 {
+		c.size = n
+	}
+	if n, err := strconv.Atoi(os.Getenv("BROADCAST_WINDOW")); err == nil && n >= 2 {
+		c.window = n
+	}
+	return c
+}
+
+// bcastPayload is a text message of size bytes that compresses about as well as JSON does.
+func bcastPayload(size int) []byte {
+	const words = `{"event":"price","symbol":"GUST","bid":101.25,"ask":101.5,"venue":"loopback","seq":12345}`
+	b := make([]byte, size)
+	for i := range b {
+		b[i] = words[i%len(words)]
+	}
+	return b
+}
+
+// bcastTrigger starts run once the open connections reach conns, and tells it to stop when
+// they fall below.
+type bcastTrigger struct {
+	cfg     bcastConfig
+	open    atomic.Int64
+	started atomic.Bool
+	run     func(stop func() bool)
+}
+
+func (t *bcastTrigger) opened() {
+	n := t.open.Add(1)
+	if t.cfg.conns > 0 && n >= int64(t.cfg.conns) && t.started.CompareAndSwap(false, true) {
+		go t.run(func() bool { return t.open.Load() < int64(t.cfg.conns) })
+	}
+}
+
+func (t *bcastTrigger) closed() { t.open.Add(-1) }
+
+// waitBelow waits while pending() > limit, unless stop says the run is over. It yields to the
+// writers first (with GOMAXPROCS=1, as the bench runs the server, they then run at once) and
+// sleeps only when that does not help: a sleep lasts up to a millisecond here, long enough
+// for the writers to run dry.
+func waitBelow(pending func() int64, limit int64, stop func() bool) bool {
+	for i := 0; pending() > limit; i++ {
+		if stop() {
+			return false
+		}
+		if i < 100 {
+			runtime.Gosched()
+		} else {
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+	return !stop()
+}
+
+// connSet is the set of open connections of a library, with a snapshot slice that is rebuilt
+// only after a change.
+type connSet[C comparable] struct {
+	mu      sync.Mutex
+	m       map[C]struct{}
+	version atomic.Uint64
+	snap    []C
+	snapVer uint64
+}
+
+func (s *connSet[C]) add(c C) {
+	s.mu.Lock()
+	if s.m == nil {
+		s.m = make(map[C]struct{})
+	}
+	s.m[c] = struct{}{}
+	s.version.Add(1)
+	s.mu.Unlock()
+}
+
+func (s *connSet[C]) remove(c C) {
+	s.mu.Lock()
+	delete(s.m, c)
+	s.version.Add(1)
+	s.mu.Unlock()
+}
+
+// list returns the current connections; only the publisher goroutine calls it.
+func (s *connSet[C]) list() []C {
+	if v := s.version.Load(); v != s.snapVer || s.snap == nil {
+		s.mu.Lock()
+		s.snap = s.snap[:0]
+		for c := range s.m {
+			s.snap = append(s.snap, c)
+		}
+		s.snapVer = s.version.Load()
+		s.mu.Unlock()
+	}
+	return s.snap
+}

@@ -1,0 +1,94 @@
+package servers
+
+import (
+	"net"
+
+	"github.com/gustws/gust"
+)
+
+// bcast-gust: gust.NewServer with a gust.Hub (CloseSlow, 256 messages per connection); every
+// connection joins through Hub.Wrap and the publisher calls Hub.PublishAll: the message is
+// framed once, queued for each connection, and written by a writer goroutine per connection
+// that exists while its queue is not empty, every batch in one system call.
+//
+// bcast-gust-loop: no Hub: the publisher writes one gust.PreparedMessage to every connection
+// in turn with Conn.WritePrepared, from its own goroutine (a blocked socket would block it).
+
+func init() {
+	register("bcast-gust", "broadcast: github.com/gustws/gust Hub.PublishAll (echo until BROADCAST_CONNS)", func(addr string) (Server, error) {
+		return startGustBroadcast(addr, false, true)
+	})
+	register("bcast-gust-deflate", "broadcast: as bcast-gust, with permessage-deflate", func(addr string) (Server, error) {
+		return startGustBroadcast(addr, true, true)
+	})
+	register("bcast-gust-loop", "broadcast: github.com/gustws/gust PreparedMessage written to each connection in a loop", func(addr string) (Server, error) {
+		return startGustBroadcast(addr, false, false)
+	})
+	register("bcast-gust-loop-deflate", "broadcast: as bcast-gust-loop, with permessage-deflate", func(addr string) (Server, error) {
+		return startGustBroadcast(addr, true, false)
+	})
+}
+
+type gustBroadcast struct {
+	gustEcho
+	trigger *bcastTrigger
+	conns   *connSet[*gust.Conn]
+}
+
+func (g gustBroadcast) OnOpen(c *gust.Conn) {
+	if g.conns != nil {
+		g.conns.add(c)
+	}
+	g.trigger.opened()
+}
+
+func (g gustBroadcast) OnClose(c *gust.Conn, _ error) {
+	if g.conns != nil {
+		g.conns.remove(c)
+	}
+	g.trigger.closed()
+}
+
+func startGustBroadcast(addr string, deflate, useHub bool) (Server, error) {
+	cfg := bcastConfigFromEnv()
+	payload := bcastPayload(cfg.size)
+	trigger := &bcastTrigger{cfg: cfg}
+	h := gustBroadcast{trigger: trigger}
+	var ev gust.Event = h
+	if useHub {
+		hub, err := gust.NewHub(nil)
+		if err != nil {
+			return nil, err
+		}
+		ev = hub.Wrap(h)
+		limit := int64(cfg.conns * cfg.window)
+		trigger.run = func(stop func() bool) {
+			for waitBelow(func() int64 { return hub.Stats().Pending }, limit, stop) {
+				if hub.PublishAll(gust.OpText, payload) != nil {
+					return
+				}
+			}
+		}
+	} else {
+		h.conns = &connSet[*gust.Conn]{}
+		ev = h
+		trigger.run = func(stop func() bool) {
+			for !stop() {
+				pm, err := gust.NewPreparedMessage(gust.OpText, payload)
+				if err != nil {
+					return
+				}
+				for _, c := range h.conns.list() {
+					c.WritePrepared(pm) // a failed write ends the connection and reaches OnClose
+				}
+			}
+		}
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	srv := gust.NewServer(ev, &gust.Options{MaxMessageSize: MaxMessage, Compression: gust.CompressionOptions{Enabled: deflate}})
+	go srv.Serve(ln)
+	return gustServer{srv: srv, addr: ln.Addr().String()}, nil
+}
