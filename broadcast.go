@@ -89,30 +89,9 @@ func (pm *PreparedMessage) frameFor(d *deflateState) ([]byte, error) {
 // as WriteMessage would. On a client connection it frames the payload
 // as WriteMessage does.
 func (c *Conn) WritePrepared(pm *PreparedMessage) error {
-	if !c.server {
-		return c.WriteMessage(pm.op, pm.payload)
-	}
 	c.wr.mu.Lock()
 	defer c.wr.mu.Unlock()
-	if err := c.writableLocked(); err != nil {
-		return err
-	}
-	d := c.deflate
-	if d == nil || len(pm.payload) < d.threshold {
-		return c.writeRawLocked(pm.plain)
-	}
-	f, err := pm.frameFor(d)
-	if err != nil {
-		return err
-	}
-	if d.fw != nil {
-		// The peer's window now holds this message, which the connection's
-		// own compressor has not seen: its back-references would be off.
-		// The next message starts from an empty window instead.
-		d.putWriter(d.fw)
-		d.fw = nil
-	}
-	return c.writeRawLocked(f)
+	return c.writePreparedLocked(pm)
 }
 
 // writeRawLocked writes a complete frame: appended to the cork buffer while

@@ -655,12 +655,12 @@ func (c *Conn) writePreparedLocked(pm *PreparedMessage) error {
 	if err != nil {
 		return err
 	}
-	if !d.writeNoCtx {
-		d.sent = slideWindow(d.sent, pm.payload, 1<<d.writeBits)
-		if d.fw != nil {
-			d.putWriter(d.fw)
-			d.fw = nil
-		}
+	if d.fw != nil {
+		// The peer's window now holds this message, which the connection's
+		// own compressor has not seen: its back-references would be off.
+		// The next message starts from an empty window instead.
+		d.putWriter(d.fw)
+		d.fw = nil
 	}
 	return c.writeRawLocked(f)
 }

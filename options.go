@@ -12,14 +12,16 @@ import (
 // the zero value: every field documents the default it stands for.
 type Options struct {
 	// ReadBufferSize is the size of the buffer a connection reads into while
-	// bytes are arriving. Default 16 KiB. Memory: one buffer per connection
-	// that is reading, taken from a shared pool.
+	// bytes are arriving. Default 64 KiB. Memory: one buffer per connection
+	// that is reading, taken from a shared pool; an idle connection holds
+	// none. Connections that cannot wait without a buffer (TLS, HTTP/2
+	// streams, other net.Conn types) keep one of at most 8 KiB.
 	ReadBufferSize int
 
 	// WriteBufferSize is the size past which corked writes are flushed even
 	// while the read goroutine still has bytes to dispatch, and below which a
 	// frame's header and payload are copied into one buffer rather than sent
-	// with writev. Default 32 KiB. Memory: held only while writes are corked.
+	// with writev. Default 64 KiB. Memory: held only while writes are corked.
 	WriteBufferSize int
 
 	// MaxMessageSize is the largest message, in bytes, a peer may send; a
@@ -101,8 +103,8 @@ type Options struct {
 
 // Defaults for the Options fields.
 const (
-	defaultReadBufferSize   = 16 << 10
-	defaultWriteBufferSize  = 32 << 10
+	defaultReadBufferSize   = 64 << 10
+	defaultWriteBufferSize  = 64 << 10
 	defaultMaxMessageSize   = 16 << 20
 	defaultParallelLimit    = 8
 	defaultWriteQueueSize   = 256

@@ -12,6 +12,10 @@ import (
 
 const minReadBufferSize = 512
 
+// waitingReadBufferSize bounds the read buffer of connections that cannot
+// wait for bytes without one.
+const waitingReadBufferSize = 8 << 10
+
 // messageChunk is the first size of a message buffer whose frame announces
 // more: the buffer then doubles as bytes arrive.
 const messageChunk = 64 << 10
@@ -78,7 +82,13 @@ func (c *Conn) fill() error {
 		}
 	}
 	if rd.buf == nil {
-		rd.buf = bufpool.Get(max(c.cfg.ReadBufferSize, minReadBufferSize))
+		size := c.cfg.ReadBufferSize
+		if c.idle == nil {
+			// This connection holds its buffer while it waits (TLS, HTTP/2
+			// streams): keep it small.
+			size = min(size, waitingReadBufferSize)
+		}
+		rd.buf = bufpool.Get(max(size, minReadBufferSize))
 	}
 	b := *rd.buf
 	if rd.r == rd.w {
