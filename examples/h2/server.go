@@ -99,6 +99,9 @@ func newServer(cert tls.Certificate, logger *log.Logger) *server {
 		w.Header().Set("Cache-Control", "no-store")
 		w.Write(page)
 	})
+	mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	})
 	mux.HandleFunc("/ws", s.serveWebSocket)
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

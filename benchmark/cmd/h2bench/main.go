@@ -116,6 +116,8 @@ type result struct {
 	GoroutinesPerWS float64 `json:"server_goroutines_per_ws"`
 	ServerCPU       float64 `json:"server_cpu_percent"` // during the measured duration
 	ClientCPU       float64 `json:"client_cpu_percent"`
+	ServerCPUPerMsg float64 `json:"server_cpu_us_per_msg"`
+	ClientCPUPerMsg float64 `json:"client_cpu_us_per_msg"`
 	ConnectSeconds  float64 `json:"connect_seconds"`
 }
 
@@ -139,8 +141,9 @@ func drive(o options) error {
 				if err != nil {
 					return fmt.Errorf("%s, N=%d, run %d: %w", mode, n, run+1, err)
 				}
-				fmt.Fprintf(os.Stderr, "h2bench: %s N=%d run %d: %.0f msg/s, %d TCP, heap %.1f KiB/WS, RSS %.1f KiB/WS idle\n",
-					mode, n, run+1, r.MsgPerSec, r.TCP, r.HeapIdleKB, r.RSSIdleKB)
+				fmt.Fprintf(os.Stderr, "h2bench: %s N=%d run %d: %.0f msg/s (server CPU %.0f %%, client %.0f %%), %d TCP, "+
+					"heap %.1f KiB/WS, RSS %.1f KiB/WS idle\n",
+					mode, n, run+1, r.MsgPerSec, r.ServerCPU, r.ClientCPU, r.TCP, r.HeapIdleKB, r.RSSIdleKB)
 				if o.jsonOut {
 					b, _ := json.Marshal(r)
 					fmt.Println(string(b))
@@ -171,8 +174,8 @@ func table(o options, all []result) string {
 	if o.pin {
 		b.WriteString(", pinned to CPU 0, client on CPU 1")
 	}
-	b.WriteString(".\n\n| mode | WebSockets | TCP connections | msg/s | heap KiB / WS | RSS KiB / WS | " +
-		"heap KiB / WS after load | RSS KiB / WS after load | server goroutines / WS | server CPU % | client CPU % |\n")
+	b.WriteString(".\n\n| mode | WebSockets | TCP connections | msg/s | server CPU µs / msg | client CPU µs / msg | " +
+		"heap KiB / WS | RSS KiB / WS | heap KiB / WS after load | RSS KiB / WS after load | server goroutines / WS |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, n := range o.ns {
 		for _, mode := range o.modes {
@@ -194,15 +197,15 @@ func table(o options, all []result) string {
 				return v[len(v)/2]
 			}
 			name := map[string]string{"h2": "HTTP/2, one connection", "h1": "HTTP/1.1, one connection each"}[mode]
-			fmt.Fprintf(&b, "| %s | %d | %d | %.0f | %.1f | %.1f | %.1f | %.1f | %.2f | %.0f | %.0f |\n", name, n, rs[0].TCP,
+			fmt.Fprintf(&b, "| %s | %d | %d | %.0f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f |\n", name, n, rs[0].TCP,
 				med(func(r result) float64 { return r.MsgPerSec }),
+				med(func(r result) float64 { return r.ServerCPUPerMsg }),
+				med(func(r result) float64 { return r.ClientCPUPerMsg }),
 				med(func(r result) float64 { return r.HeapIdleKB }),
 				med(func(r result) float64 { return r.RSSIdleKB }),
 				med(func(r result) float64 { return r.HeapLoadedKB }),
 				med(func(r result) float64 { return r.RSSLoadedKB }),
-				med(func(r result) float64 { return r.GoroutinesPerWS }),
-				med(func(r result) float64 { return r.ServerCPU }),
-				med(func(r result) float64 { return r.ClientCPU }))
+				med(func(r result) float64 { return r.GoroutinesPerWS }))
 		}
 	}
 	return b.String()
@@ -432,6 +435,10 @@ func runOne(self string, o options, mode string, n int) (r result, err error) {
 	}
 	r.ServerCPU = 100 * (s1.CPUSeconds - s0.CPUSeconds) / t1.Sub(t0).Seconds()
 	r.ClientCPU = 100 * (cpu1 - cpu0) / t1.Sub(t0).Seconds()
+	if c1 > c0 {
+		r.ServerCPUPerMsg = 1e6 * (s1.CPUSeconds - s0.CPUSeconds) / float64(c1-c0)
+		r.ClientCPUPerMsg = 1e6 * (cpu1 - cpu0) / float64(c1-c0)
+	}
 	if err := failed(); err != nil {
 		close(stop)
 		return r, err

@@ -116,6 +116,7 @@ func runServer(addr, debugAddr string, maxStreams int) error {
 	}
 	dmux := http.NewServeMux()
 	dmux.HandleFunc("/debug/pprof/", pprof.Index) // /debug/pprof/heap etc.
+	dmux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	dmux.HandleFunc("/stats", func(w http.ResponseWriter, r *http.Request) {
 		gcs, _ := strconv.Atoi(r.URL.Query().Get("gc"))
 		for range min(gcs, 5) {
