@@ -288,8 +288,14 @@ func (c *Conn) readData(op Opcode, fin, compressed bool, length int64, key [4]by
 	for rd.n < end {
 		if rd.msg == nil || len(*rd.msg) == rd.n {
 			// Grow with the bytes that arrive, not with the length the
-			// header announced: a 14-byte header pins at most 64 KiB.
+			// header announced: a 14-byte header pins at most 64 KiB. Once
+			// 64 KiB have arrived, take the whole announced length (at most
+			// MaxMessageSize), so that a large message is not copied from
+			// buffer to doubled buffer on its way in.
 			size := min(end, max(2*rd.n, rd.n+rd.w-rd.r, messageChunk))
+			if rd.n >= messageChunk {
+				size = end
+			}
 			if rd.msg == nil {
 				rd.msg = bufpool.Get(size)
 			} else {
