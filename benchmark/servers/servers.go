@@ -4,8 +4,8 @@
 // Every server echoes each message it receives, with the same type, on any path. A file per
 // library registers its server in init; cmd/echoserver starts one by name.
 //
-// gust itself gets a file here (gust.go, registering "gust") once the core compiles; the bench
-// driver runs it when `echoserver -list` names it.
+// The bcast-* servers (broadcast_*.go) broadcast instead of echoing when BROADCAST_CONNS is set
+// (scripts/bench-broadcast does); otherwise they echo like the others.
 package servers
 
 import (
