@@ -25,7 +25,7 @@ import (
 
 func TestChromium(t *testing.T) {
 	p := requirePeer(t, "browser", dirBrowser)
-	wd := startWebDriver(t)
+	wd := startWebDriver(t, nil)
 	features := featuresNamed("text", "binary", "large", "compression", "close-1000", "close-4000",
 		"server-close-4002")
 	page, err := os.ReadFile(filepath.Join(repoRoot, "interop", "testdata", "page.html"))
@@ -106,7 +106,9 @@ func freeLoopbackPort(t *testing.T) int {
 	return port
 }
 
-func startWebDriver(t *testing.T) *webDriver {
+// startWebDriver starts chromedriver and a headless Chromium session; extra
+// capabilities (such as acceptInsecureCerts) are added to alwaysMatch.
+func startWebDriver(t *testing.T, extra map[string]any) *webDriver {
 	t.Helper()
 	chromium, err := exec.LookPath("chromium")
 	if err != nil {
@@ -141,21 +143,21 @@ func startWebDriver(t *testing.T) *webDriver {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	caps := map[string]any{
-		"capabilities": map[string]any{
-			"alwaysMatch": map[string]any{
-				"goog:chromeOptions": map[string]any{
-					"binary": chromium,
-					"args": []string{
-						"--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-						"--disable-quic", "--no-first-run", "--disable-background-networking",
-						"--disable-component-update", "--disable-sync", "--disable-extensions",
-						"--user-data-dir=" + profile,
-					},
-				},
+	match := map[string]any{
+		"goog:chromeOptions": map[string]any{
+			"binary": chromium,
+			"args": []string{
+				"--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+				"--disable-quic", "--no-first-run", "--disable-background-networking",
+				"--disable-component-update", "--disable-sync", "--disable-extensions",
+				"--user-data-dir=" + profile,
 			},
 		},
 	}
+	for k, v := range extra {
+		match[k] = v
+	}
+	caps := map[string]any{"capabilities": map[string]any{"alwaysMatch": match}}
 	var created struct {
 		Value struct {
 			SessionID    string         `json:"sessionId"`

@@ -76,7 +76,7 @@ func TestChromiumHTTP2(t *testing.T) {
 	p := requirePeer(t, "browser", dirBrowser)
 	row := matrixRow{peer: p.name + " " + p.version, direction: dirBrowser, path: "examples/h2 (HTTP/2)"}
 	ex := startH2Example(t)
-	wd := startWebDriverWith(t, map[string]any{"acceptInsecureCerts": true})
+	wd := startWebDriver(t, map[string]any{"acceptInsecureCerts": true})
 
 	pageURL := ex.base + "/?n=" + strconv.Itoa(h2BrowserSockets)
 	if err := wd.navigate(pageURL); err != nil {
@@ -317,72 +317,4 @@ func (ex *h2Example) stop(t *testing.T) {
 	if t.Failed() {
 		t.Logf("examples/h2 log:\n%s", ex.proc.stderr.String())
 	}
-}
-
-// startWebDriverWith is startWebDriver with more capabilities in
-// alwaysMatch (for example acceptInsecureCerts).
-func startWebDriverWith(t *testing.T, caps map[string]any) *webDriver {
-	t.Helper()
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("chromium: %v", err)
-	}
-	profile := t.TempDir()
-	port := freeLoopbackPort(t)
-	wd := &webDriver{
-		base:   "http://127.0.0.1:" + strconv.Itoa(port),
-		client: &http.Client{Timeout: 90 * time.Second},
-	}
-	wd.proc = startProc(t, 5*time.Minute, nil, "chromedriver", "--port="+strconv.Itoa(port),
-		"--allowed-ips=127.0.0.1", "--log-level=WARNING")
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var status struct {
-			Value struct {
-				Ready bool `json:"ready"`
-			} `json:"value"`
-		}
-		if err := wd.call(http.MethodGet, "/status", nil, &status); err == nil && status.Value.Ready {
-			break
-		}
-		select {
-		case <-wd.proc.exited:
-			t.Fatalf("chromedriver exited: %v; stderr:\n%s", wd.proc.err, wd.proc.stderr.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("chromedriver not ready on %s after 30s; stderr:\n%s", wd.base, wd.proc.stderr.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	match := map[string]any{
-		"goog:chromeOptions": map[string]any{
-			"binary": chromium,
-			"args": []string{
-				"--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-				"--disable-quic", "--no-first-run", "--disable-background-networking",
-				"--disable-component-update", "--disable-sync", "--disable-extensions",
-				"--user-data-dir=" + profile,
-			},
-		},
-	}
-	for k, v := range caps {
-		match[k] = v
-	}
-	var created struct {
-		Value struct {
-			SessionID string `json:"sessionId"`
-		} `json:"value"`
-	}
-	if err := wd.call(http.MethodPost, "/session", map[string]any{"capabilities": map[string]any{"alwaysMatch": match}},
-		&created); err != nil {
-		t.Fatalf("WebDriver: new session: %v; chromedriver stderr:\n%s", err, wd.proc.stderr.String())
-	}
-	wd.session = created.Value.SessionID
-	t.Cleanup(func() {
-		if err := wd.call(http.MethodDelete, "/session/"+wd.session, nil, nil); err != nil {
-			t.Logf("WebDriver: delete session: %v", err)
-		}
-	})
-	return wd
 }
