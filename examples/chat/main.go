@@ -51,8 +51,9 @@ type chat struct {
 	hub      *gust.Hub
 	upgrader *gust.Upgrader
 
-	mu    sync.Mutex
-	rooms map[string]map[*gust.Conn]string // room -> connection -> name
+	mu      sync.Mutex
+	rooms   map[string]map[*gust.Conn]string // room -> connection -> name
+	version uint64                           // of the member lists, under mu
 }
 
 // event is what the page receives.
@@ -63,6 +64,10 @@ type event struct {
 	Text    string   `json:"text,omitempty"`
 	Members []string `json:"members,omitempty"`
 	Time    int64    `json:"time"` // Unix milliseconds
+	// Version numbers the member lists: a page keeps the newest list it
+	// has seen, whatever order the welcome (written directly) and the
+	// notices (through the Hub) arrive in.
+	Version uint64 `json:"version,omitempty"`
 }
 
 func newChat() (*chat, error) {
@@ -122,20 +127,24 @@ func who(c *gust.Conn) (name, room string) {
 
 func (ch *chat) OnOpen(c *gust.Conn) {
 	name, room := who(c)
+	// Subscribe first, so that no notice published after the welcome's
+	// member list is missed.
+	if err := ch.hub.Subscribe(c, room); err != nil {
+		log.Printf("chat: subscribe %v: %v", c.RemoteAddr(), err)
+		return
+	}
 	ch.mu.Lock()
 	if ch.rooms[room] == nil {
 		ch.rooms[room] = make(map[*gust.Conn]string)
 	}
 	ch.rooms[room][c] = name
-	members := ch.membersLocked(room)
+	ch.version++
+	members, version := ch.membersLocked(room), ch.version
+	// The notice is published under mu, so that notices go out in the
+	// order the lists changed. Publish never blocks: the Hub queues.
+	ch.publish(event{Type: "join", Room: room, Name: name, Members: members, Version: version})
 	ch.mu.Unlock()
-
-	ch.send(c, event{Type: "welcome", Room: room, Name: name, Members: members})
-	if err := ch.hub.Subscribe(c, room); err != nil {
-		log.Printf("chat: subscribe %v: %v", c.RemoteAddr(), err)
-		return
-	}
-	ch.publish(event{Type: "join", Room: room, Name: name, Members: members})
+	ch.send(c, event{Type: "welcome", Room: room, Name: name, Members: members, Version: version})
 }
 
 func (ch *chat) OnMessage(c *gust.Conn, m *gust.Message) {
@@ -162,12 +171,13 @@ func (ch *chat) OnClose(c *gust.Conn, err error) {
 	name, room := who(c)
 	ch.mu.Lock()
 	delete(ch.rooms[room], c)
+	ch.version++
 	members := ch.membersLocked(room)
 	if len(ch.rooms[room]) == 0 {
 		delete(ch.rooms, room)
 	}
+	ch.publish(event{Type: "leave", Room: room, Name: name, Members: members, Version: ch.version}) // under mu: see OnOpen
 	ch.mu.Unlock()
-	ch.publish(event{Type: "leave", Room: room, Name: name, Members: members})
 }
 
 func (ch *chat) membersLocked(room string) []string {
