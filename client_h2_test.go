@@ -53,13 +53,7 @@ func (h *collector) next(t *testing.T) *Message {
 
 func (h *collector) waitClose(t *testing.T) error {
 	t.Helper()
-	select {
-	case err := <-h.closed:
-		return err
-	case <-time.After(10 * time.Second):
-		t.Fatal("OnClose was not called")
-		return nil
-	}
+	return waitErr(t, h.closed)
 }
 
 func TestDialH2Echo(t *testing.T) {

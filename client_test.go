@@ -75,13 +75,7 @@ func (h *dialRecorder) expect(t *testing.T, op Opcode, want []byte) {
 
 func (h *dialRecorder) waitClose(t *testing.T) error {
 	t.Helper()
-	select {
-	case err := <-h.closed:
-		return err
-	case <-time.After(10 * time.Second):
-		t.Fatal("OnClose was not called")
-		return nil
-	}
+	return waitErr(t, h.closed)
 }
 
 // runClient runs c's ReadLoop until the test ends; then it closes c

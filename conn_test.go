@@ -40,13 +40,7 @@ func (h *funcHandler) OnClose(c *Conn, err error) { h.closed <- err }
 
 func (h *funcHandler) waitClose(t *testing.T) error {
 	t.Helper()
-	select {
-	case err := <-h.closed:
-		return err
-	case <-time.After(10 * time.Second):
-		t.Fatal("OnClose was not called")
-		return nil
-	}
+	return waitErr(t, h.closed)
 }
 
 func TestWriteCloseChecksCodesLikeBrowsers(t *testing.T) {

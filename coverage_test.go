@@ -64,13 +64,7 @@ func (h *covHandler) OnClose(_ *Conn, err error) { h.closed <- err }
 
 func (h *covHandler) waitClose(t *testing.T) error {
 	t.Helper()
-	select {
-	case err := <-h.closed:
-		return err
-	case <-time.After(10 * time.Second):
-		t.Fatal("OnClose was not called")
-		return nil
-	}
+	return waitErr(t, h.closed)
 }
 
 func (h *covHandler) waitMessage(t *testing.T) []byte {

@@ -250,8 +250,14 @@ func (h *echoHandler) OnClose(c *Conn, err error) { h.closed <- err }
 
 func (h *echoHandler) waitClose(t *testing.T) error {
 	t.Helper()
+	return waitErr(t, h.closed)
+}
+
+// waitErr waits for the error OnClose passed on, or fails the test.
+func waitErr(t *testing.T, closed <-chan error) error {
+	t.Helper()
 	select {
-	case err := <-h.closed:
+	case err := <-closed:
 		return err
 	case <-time.After(10 * time.Second):
 		t.Fatal("OnClose was not called")
