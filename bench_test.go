@@ -91,23 +91,14 @@ func benchmarkRead(b *testing.B, op Opcode, size int) {
 }
 
 // BenchmarkWriteMessage1KiB writes 1 KiB binary messages from a server.
-func BenchmarkWriteMessage1KiB(b *testing.B) {
-	sc := newStreamConn(nil, 0)
-	c := newConn(sc, newConfig(nil), discardHandler{}, true, nil, "")
-	p := repeat("a", 1024)
-	b.ReportAllocs()
-	b.SetBytes(int64(len(p)))
-	for b.Loop() {
-		if err := c.WriteMessage(OpBinary, p); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
+func BenchmarkWriteMessage1KiB(b *testing.B) { benchmarkWrite(b, true) }
 
 // BenchmarkWriteMessage1KiBClient writes masked 1 KiB binary messages.
-func BenchmarkWriteMessage1KiBClient(b *testing.B) {
+func BenchmarkWriteMessage1KiBClient(b *testing.B) { benchmarkWrite(b, false) }
+
+func benchmarkWrite(b *testing.B, server bool) {
 	sc := newStreamConn(nil, 0)
-	c := newConn(sc, newConfig(nil), discardHandler{}, false, nil, "")
+	c := newConn(sc, newConfig(nil), discardHandler{}, server, nil, "")
 	p := repeat("a", 1024)
 	b.ReportAllocs()
 	b.SetBytes(int64(len(p)))

@@ -130,5 +130,8 @@ var (
 	ErrInvalidUTF8 = errors.New("gust: text is not valid UTF-8")
 )
 
+// errBadOpcode is returned when a message write names a control opcode.
+var errBadOpcode = errors.New("gust: message opcode must be OpText or OpBinary")
+
 // errClosed is what writes return after the connection closed.
 var errClosed = net.ErrClosed

@@ -616,22 +616,20 @@ func (r *receiver) drain() {
 // system call when they fit the write buffer. It returns how many were
 // written without an error.
 func (c *Conn) writePreparedBatch(batch []*PreparedMessage) (int, error) {
-	w := &c.wr
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	wasCorked := w.corked
-	w.corked = true
+	c.wr.mu.Lock()
+	defer c.wr.mu.Unlock()
 	var err error
 	n := 0
-	for _, pm := range batch {
-		if err = c.writePreparedLocked(pm); err != nil {
-			break
+	ferr := c.batchLocked(func() {
+		for _, pm := range batch {
+			if err = c.writePreparedLocked(pm); err != nil {
+				return
+			}
+			n++
 		}
-		n++
-	}
-	w.corked = wasCorked
-	if err == nil && !wasCorked {
-		err = c.flushLocked()
+	})
+	if err == nil {
+		err = ferr
 	}
 	if err != nil {
 		n = 0 // how much of the corked bytes went out is unknown

@@ -1,11 +1,6 @@
 package gust
 
-import (
-	"errors"
-	"unsafe"
-)
-
-var errBadOpcode = errors.New("gust: message opcode must be OpText or OpBinary")
+import "unsafe"
 
 // stringBytes views s as bytes without copying. The bytes are only read.
 func stringBytes(s string) []byte {

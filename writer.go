@@ -190,6 +190,7 @@ func (c *Conn) WriteAsync(op Opcode, p []byte, done func(error)) error {
 func (c *Conn) drainQueue() {
 	defer c.inflight.Done()
 	var batch []asyncWrite
+	var errs []error
 	for {
 		w := &c.wr
 		w.queueMu.Lock()
@@ -201,18 +202,13 @@ func (c *Conn) drainQueue() {
 		}
 		w.queueMu.Unlock()
 
-		errs := make([]error, len(batch))
+		errs = errs[:0]
 		w.mu.Lock()
-		wasCorked := w.corked
-		w.corked = true
-		for i, a := range batch {
-			errs[i] = c.writeDataLocked(a.op, a.p, true)
-		}
-		w.corked = wasCorked
-		var ferr error
-		if !wasCorked {
-			ferr = c.flushLocked()
-		}
+		ferr := c.batchLocked(func() {
+			for _, a := range batch {
+				errs = append(errs, c.writeDataLocked(a.op, a.p, true))
+			}
+		})
 		w.mu.Unlock()
 		for i, a := range batch {
 			if a.done != nil {
@@ -225,6 +221,22 @@ func (c *Conn) drainQueue() {
 			batch[i] = asyncWrite{}
 		}
 	}
+}
+
+// batchLocked runs write with the write lock held and the writes corked,
+// then flushes them in one system call, unless the read goroutine has corked
+// the connection: it flushes before its next read. It returns the flush's
+// error.
+func (c *Conn) batchLocked(write func()) error {
+	w := &c.wr
+	wasCorked := w.corked
+	w.corked = true
+	write()
+	w.corked = wasCorked
+	if wasCorked {
+		return nil
+	}
+	return c.flushLocked()
 }
 
 // writeFrame writes one final frame.
