@@ -23,12 +23,17 @@ import (
 // counts the messages its writer goroutines have not yet written. Publishing starts only once
 // every connection is open, so that no socket buffer fills while gustload is still ramping up
 // (its readers start when the last connection is open).
+//
+// BROADCAST_INTERVAL (a Go duration, such as 1s) turns flat out into the push load: one
+// message to every open connection per interval, from the first connection on (set
+// BROADCAST_CONNS=1), as examples/push does.
 
 // bcastConfig is read from the environment when a broadcast server starts.
 type bcastConfig struct {
-	conns  int // connections that start the publisher; 0: never (a plain echo server)
-	size   int
-	window int
+	conns    int // connections that start the publisher; 0: never (a plain echo server)
+	size     int
+	window   int
+	interval time.Duration // > 0: publish once per interval instead of flat out
 }
 
 func bcastConfigFromEnv() bcastConfig {
@@ -41,6 +46,9 @@ func bcastConfigFromEnv() bcastConfig {
 	}
 	if n, err := strconv.Atoi(os.Getenv("BROADCAST_WINDOW")); err == nil && n >= 2 {
 		c.window = n
+	}
+	if d, err := time.ParseDuration(os.Getenv("BROADCAST_INTERVAL")); err == nil && d > 0 {
+		c.interval = d
 	}
 	return c
 }
@@ -62,6 +70,7 @@ type bcastTrigger struct {
 	open    atomic.Int64
 	started atomic.Bool
 	run     func(stop func() bool)
+	ticker  *time.Ticker // interval mode; only the publisher goroutine touches it
 }
 
 func (t *bcastTrigger) opened() {
@@ -72,6 +81,24 @@ func (t *bcastTrigger) opened() {
 }
 
 func (t *bcastTrigger) closed() { t.open.Add(-1) }
+
+// pace waits until the publisher may start its next round: flat out, while pending() > limit
+// (pending may be nil: no flow control); in interval mode, until the next tick (the first round
+// starts at once). It returns false when the run is over.
+func (t *bcastTrigger) pace(pending func() int64, limit int64, stop func() bool) bool {
+	if t.cfg.interval > 0 {
+		if t.ticker == nil {
+			t.ticker = time.NewTicker(t.cfg.interval)
+			return !stop()
+		}
+		<-t.ticker.C
+		return !stop()
+	}
+	if pending == nil {
+		return !stop()
+	}
+	return waitBelow(pending, limit, stop)
+}
 
 // waitBelow waits while pending() > limit, unless stop says the run is over. It yields to the
 // writers first (with GOMAXPROCS=1, as the bench runs the server, they then run at once) and

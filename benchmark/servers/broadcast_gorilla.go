@@ -37,7 +37,7 @@ func startGorillaBroadcast(addr string, compression bool) (Server, error) {
 	var pending atomic.Int64
 	trigger.run = func(stop func() bool) {
 		limit := int64(cfg.conns * cfg.window)
-		for waitBelow(pending.Load, limit, stop) {
+		for trigger.pace(pending.Load, limit, stop) {
 			pm, err := websocket.NewPreparedMessage(websocket.TextMessage, payload)
 			if err != nil {
 				return

@@ -63,7 +63,7 @@ func startGustBroadcast(addr string, deflate, useHub bool) (Server, error) {
 		ev = hub.Wrap(h)
 		limit := int64(cfg.conns * cfg.window)
 		trigger.run = func(stop func() bool) {
-			for waitBelow(func() int64 { return hub.Stats().Pending }, limit, stop) {
+			for trigger.pace(func() int64 { return hub.Stats().Pending }, limit, stop) {
 				if hub.PublishAll(gust.OpText, payload) != nil {
 					return
 				}
@@ -73,7 +73,7 @@ func startGustBroadcast(addr string, deflate, useHub bool) (Server, error) {
 		h.conns = &connSet[*gust.Conn]{}
 		ev = h
 		trigger.run = func(stop func() bool) {
-			for !stop() {
+			for trigger.pace(nil, 0, stop) {
 				pm, err := gust.NewPreparedMessage(gust.OpText, payload)
 				if err != nil {
 					return

@@ -47,13 +47,16 @@ func startGWSBroadcast(addr string, pmd gws.PermessageDeflate) (Server, error) {
 	every := max(cfg.window/2, 1)
 	h.trigger.run = func(stop func() bool) {
 		for round := 0; ; round++ {
+			if cfg.interval > 0 && !h.trigger.pace(nil, 0, stop) {
+				return
+			}
 			conns := h.conns.list()
 			b := gws.NewBroadcaster(gws.OpcodeText, payload)
 			for _, c := range conns {
 				_ = b.Broadcast(c) // errors reach OnClose
 			}
 			_ = b.Close()
-			if round%every == every-1 {
+			if cfg.interval == 0 && round%every == every-1 {
 				for _, c := range conns {
 					markers.Add(1)
 					c.Async(func() { markers.Add(-1) })

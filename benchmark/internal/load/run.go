@@ -234,12 +234,15 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			go func() { defer writers.Done(); c.writeLoop(start) }()
 		}
 	}
-	cpu0, _ := procCPU(cfg.ServerPID)
-	self0 := selfCPU()
 	var statsStart *ServerStats
 	if cfg.StatsURL != "" {
 		statsStart, _ = fetchStats(cfg.StatsURL, 0)
 	}
+	// The counters start after the stats request, which a busy server may answer late: in
+	// -recv-only mode the readers already count, and the server already works, while it waits.
+	cpu0, _ := procCPU(cfg.ServerPID)
+	self0 := selfCPU()
+	baseMsgs, baseBytes := r.totals()
 	r.startTime = time.Now()
 	close(start)
 
@@ -257,7 +260,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	var lastMsgs, lastBytes int64
+	lastMsgs, lastBytes := baseMsgs, baseBytes
 	lastTick := time.Now()
 	secs := 0
 phase:
@@ -289,6 +292,7 @@ phase:
 	msgs, bytes := r.totals()
 	cpu1, _ := procCPU(cfg.ServerPID)
 	self1 := selfCPU()
+	msgs, bytes = msgs-baseMsgs, bytes-baseBytes
 	var statsEnd *ServerStats
 	if cfg.StatsURL != "" && r.error() == nil {
 		statsEnd, _ = fetchStats(cfg.StatsURL, 0)
@@ -305,6 +309,7 @@ phase:
 		return nil, r.missingError(cfg.Timeout)
 	}
 	total, _ := r.totals()
+	total -= baseMsgs
 	r.closeAll()
 	if err := r.error(); err != nil {
 		return nil, err
