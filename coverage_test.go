@@ -20,6 +20,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -919,4 +920,47 @@ func forEachTCPMode(t *testing.T, f func(t *testing.T, m serverMode)) {
 		}
 		f(t, m)
 	})
+}
+
+// patterned is n bytes that differ from their neighbours, so that a piece
+// written twice, skipped or out of place changes the message.
+func patterned(n int) []byte {
+	p := make([]byte, n)
+	for i := range p {
+		p[i] = byte(i*7 + i/251)
+	}
+	return p
+}
+
+func TestLargeServerFramesGoOutWholeThroughTheWriteBuffer(t *testing.T) {
+	for _, size := range []int{1024, 4096, 64 << 10} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			h := newCovHandler()
+			srv := NewServer(&patternWriter{h}, &Options{WriteBufferSize: size})
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			go srv.Serve(ln)
+			t.Cleanup(func() { srv.Close() })
+
+			c := dialRaw(t, ln.Addr().String(), nil)
+			for _, n := range []int{size + 1, 3*size - 5, 200003} {
+				c.send(frame(0x82, []byte(fmt.Sprint(n))))
+				c.expectMessage(OpBinary, patterned(n))
+			}
+		})
+	}
+}
+
+// patternWriter answers a message naming a size with patterned(size).
+type patternWriter struct{ *covHandler }
+
+func (h *patternWriter) OnMessage(c *Conn, m *Message) {
+	n, err := strconv.Atoi(string(m.Data))
+	m.Close()
+	if err != nil {
+		panic(err)
+	}
+	if err := c.WriteMessage(OpBinary, patterned(n)); err != nil {
+		panic(err)
+	}
 }

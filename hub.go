@@ -618,6 +618,15 @@ func (r *receiver) drain() {
 func (c *Conn) writePreparedBatch(batch []*PreparedMessage) (int, error) {
 	c.wr.mu.Lock()
 	defer c.wr.mu.Unlock()
+	if len(batch) == 1 {
+		// One message (the usual case when publishing is slower than the
+		// socket): its prepared frame goes out as it is, without a copy
+		// into the write buffer.
+		if err := c.writePreparedLocked(batch[0]); err != nil {
+			return 0, err
+		}
+		return 1, nil
+	}
 	var err error
 	n := 0
 	ferr := c.batchLocked(func() {
