@@ -6,7 +6,7 @@ import (
 	"github.com/gustws/gust"
 )
 
-// bcast-gust: gust.NewServer with a gust.Hub (CloseSlow, 256 messages per connection); every
+// bcast-gust: gust.NewServer with a gust.Hub (CloseSlow, 4,096 messages per connection); every
 // connection joins through Hub.Wrap and the publisher calls Hub.PublishAll: the message is
 // framed once, queued for each connection, and written by a writer goroutine per connection
 // that exists while its queue is not empty, every batch in one system call.
@@ -56,7 +56,11 @@ func startGustBroadcast(addr string, deflate, useHub bool) (Server, error) {
 	h := gustBroadcast{trigger: trigger}
 	var ev gust.Event = h
 	if useHub {
-		hub, err := gust.NewHub(nil)
+		// The flow control below bounds the messages queued over all connections, not on
+		// each: gustload, one core serving every reader, serves them unevenly, and with the
+		// default queue of 256 an unlucky reader is now and then closed as slow (1008) in the
+		// middle of a run. 4,096 keeps the Hub's policy in place for a reader that stalls.
+		hub, err := gust.NewHub(&gust.HubOptions{QueueSize: 4096})
 		if err != nil {
 			return nil, err
 		}
