@@ -177,8 +177,10 @@ func TestRecvOnlyCounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Messages != 750 || res.Verified {
-		t.Fatalf("received %d (verified %v), want 750 unverified", res.Messages, res.Verified)
+	// The server pushes at once: what arrives before the measured phase begins is counted
+	// apart, so that msg/s and the server's CPU cover the same time.
+	if got := res.Early + res.Messages + res.Drained; got != 750 || res.Verified {
+		t.Fatalf("received %d+%d+%d (verified %v), want 750 unverified", res.Early, res.Messages, res.Drained, res.Verified)
 	}
 }
 

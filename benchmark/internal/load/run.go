@@ -30,8 +30,9 @@ type Result struct {
 	RampSeconds float64 `json:"ramp_seconds"`
 	Seconds     float64 `json:"seconds"`
 
-	Messages  int64   `json:"messages"` // completed within the measured phase
-	Drained   int64   `json:"drained"`  // completed after it (the in-flight window)
+	Messages  int64   `json:"messages"`        // completed within the measured phase
+	Drained   int64   `json:"drained"`         // completed after it (the in-flight window)
+	Early     int64   `json:"early,omitempty"` // -recv-only: received before the phase began
 	MsgPerSec float64 `json:"msg_per_sec"`
 	MBPerSec  float64 `json:"mb_per_sec"`
 
@@ -316,7 +317,7 @@ phase:
 	}
 
 	res.Seconds = elapsed.Seconds()
-	res.Messages, res.Drained = msgs, total-msgs
+	res.Messages, res.Drained, res.Early = msgs, total-msgs, baseMsgs
 	res.MsgPerSec = float64(msgs) / res.Seconds
 	res.MBPerSec = float64(bytes) / res.Seconds / 1e6
 	if h := &r.hist; h.Count() > 0 {
