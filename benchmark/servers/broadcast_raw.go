@@ -8,9 +8,10 @@ import (
 // bcast-raw: the floor for a broadcast that makes one write per delivery. Raw TCP after the
 // minimal handshake (see raw.go); the publisher writes one pre-framed message to every
 // connection in turn with net.Conn.Write, from one goroutine, with no queue, no lock and no
-// flow control beyond the write blocking. What a client sends is read and dropped. Not a
-// library a server could use as is (a stalled client stalls everyone): the reference the
-// others are measured against.
+// flow control beyond the write blocking. What a client sends is echoed as raw-record
+// echoes it (each Write is whole, so an echo never splits a broadcast frame), which makes it an
+// echo server like the others until the broadcast starts. Not a library a server could use as
+// is (a stalled client stalls everyone): the reference the others are measured against.
 
 func init() {
 	register("bcast-raw", "broadcast: raw TCP, one pre-framed write per connection in a loop (the one-write-per-delivery floor)", func(addr string) (Server, error) {
@@ -40,11 +41,6 @@ func startRawBroadcast(addr string) (Server, error) {
 			conns.remove(c)
 			trigger.closed()
 		}()
-		buf := make([]byte, 512)
-		for {
-			if _, err := br.Read(buf); err != nil {
-				return err
-			}
-		}
+		return rawRecord(c, br)
 	})
 }
