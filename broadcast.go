@@ -110,7 +110,7 @@ func (c *Conn) writeRawLocked(frame []byte) error {
 				return err
 			}
 		}
-		_, err := c.conn.Write(frame)
+		_, err := c.netWrite(frame)
 		return c.writeFailed(err)
 	}
 	if w.buf == nil {

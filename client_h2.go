@@ -8,8 +8,10 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"crypto/tls"
@@ -117,10 +119,51 @@ type h2ClientConn struct {
 	tc     *tls.Conn
 	cancel context.CancelFunc
 	once   sync.Once
+
+	// A write waits in the pipe until the transport takes it, which flow
+	// control may put off for ever: the write deadline is a timer that
+	// breaks the pipe when it fires during a write.
+	wmu      sync.Mutex
+	deadline time.Time
+	timer    *time.Timer
+	writing  atomic.Bool
 }
 
-func (s *h2ClientConn) Read(p []byte) (int, error)  { return s.body.Read(p) }
-func (s *h2ClientConn) Write(p []byte) (int, error) { return s.pw.Write(p) }
+func (s *h2ClientConn) Read(p []byte) (int, error) { return s.body.Read(p) }
+
+func (s *h2ClientConn) Write(p []byte) (int, error) {
+	s.wmu.Lock()
+	expired := !s.deadline.IsZero() && !time.Now().Before(s.deadline)
+	s.wmu.Unlock()
+	if expired {
+		return 0, os.ErrDeadlineExceeded
+	}
+	s.writing.Store(true)
+	n, err := s.pw.Write(p)
+	s.writing.Store(false)
+	return n, err
+}
+
+// writeExpired is the write deadline's timer.
+func (s *h2ClientConn) writeExpired() {
+	if s.writing.Load() {
+		s.pw.CloseWithError(os.ErrDeadlineExceeded)
+	}
+}
+
+func (s *h2ClientConn) SetWriteDeadline(t time.Time) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.deadline = t
+	if s.timer != nil {
+		s.timer.Stop()
+		s.timer = nil
+	}
+	if !t.IsZero() {
+		s.timer = time.AfterFunc(time.Until(t), s.writeExpired)
+	}
+	return nil
+}
 
 // Close ends the request body (END_STREAM), resets the stream and closes
 // the TCP connection.
@@ -129,17 +172,23 @@ func (s *h2ClientConn) Close() error {
 	s.once.Do(func() {
 		s.pw.Close()
 		s.cancel()
+		s.wmu.Lock()
+		if s.timer != nil {
+			s.timer.Stop()
+		}
+		s.wmu.Unlock()
 		s.body.Close()
 		err = s.tc.Close()
 	})
 	return err
 }
 
-func (s *h2ClientConn) LocalAddr() net.Addr                { return s.tc.LocalAddr() }
-func (s *h2ClientConn) RemoteAddr() net.Addr               { return s.tc.RemoteAddr() }
-func (s *h2ClientConn) SetDeadline(t time.Time) error      { return s.tc.SetDeadline(t) }
-func (s *h2ClientConn) SetReadDeadline(t time.Time) error  { return s.tc.SetReadDeadline(t) }
-func (s *h2ClientConn) SetWriteDeadline(t time.Time) error { return s.tc.SetWriteDeadline(t) }
+func (s *h2ClientConn) LocalAddr() net.Addr  { return s.tc.LocalAddr() }
+func (s *h2ClientConn) RemoteAddr() net.Addr { return s.tc.RemoteAddr() }
+func (s *h2ClientConn) SetDeadline(t time.Time) error {
+	return errors.Join(s.SetReadDeadline(t), s.SetWriteDeadline(t))
+}
+func (s *h2ClientConn) SetReadDeadline(t time.Time) error { return s.tc.SetReadDeadline(t) }
 
 // String names the stream in errors.
 func (s *h2ClientConn) String() string {

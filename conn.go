@@ -96,9 +96,22 @@ func (c *Conn) recovered(p any) error {
 	return &ProtocolError{Code: StatusInternalError, Reason: "panic in event handler"}
 }
 
+// failLinger bounds how long a connection gust failed stays open after its
+// close frame, waiting for the peer to stop sending; failQuiet is how long
+// the peer may stay silent before gust takes it that it has.
+const (
+	failLinger = time.Second
+	failQuiet  = 100 * time.Millisecond
+)
+
 // failAndLinger sends a close frame with code, half-closes the TCP
-// connection and reads until the peer closes its side or CloseTimeout
-// passes, so that the close frame is not lost to a reset.
+// connection and reads (and discards) what the peer still sends, so that
+// closing the socket with unread bytes does not reset the connection and
+// destroy the close frame before the peer reads it. The peer has seen the
+// failure once it stops sending: the wait ends when it closes its side,
+// when it has been silent for failQuiet, or after failLinger (at most
+// CloseTimeout), so that a peer sending bad frames holds a descriptor for a
+// fraction of a second, not for CloseTimeout.
 func (c *Conn) failAndLinger(code StatusCode, reason string) {
 	if c.writeCloseFrame(code, reason) != nil {
 		return
@@ -109,9 +122,18 @@ func (c *Conn) failAndLinger(code StatusCode, reason string) {
 	if cw, ok := c.conn.(interface{ CloseWrite() error }); ok {
 		cw.CloseWrite()
 	}
-	c.conn.SetReadDeadline(time.Now().Add(c.cfg.CloseTimeout))
+	end := time.Now().Add(min(failLinger, c.cfg.CloseTimeout))
 	var scratch [512]byte
 	for {
+		now := time.Now()
+		if !now.Before(end) {
+			return
+		}
+		dl := now.Add(failQuiet)
+		if dl.After(end) {
+			dl = end
+		}
+		c.conn.SetReadDeadline(dl)
 		if _, err := c.conn.Read(scratch[:]); err != nil {
 			return
 		}
@@ -205,11 +227,15 @@ func (c *Conn) Session() *Session { return &c.session }
 // SetDeadline sets the read and write deadlines of the underlying
 // connection. A read past the deadline ends the connection; so does a write,
 // since a frame cut in the middle cannot be resumed.
-func (c *Conn) SetDeadline(t time.Time) error { return c.conn.SetDeadline(t) }
+func (c *Conn) SetDeadline(t time.Time) error {
+	return errors.Join(c.conn.SetReadDeadline(t), c.setWriteDeadline(t))
+}
 
 // SetReadDeadline sets the deadline for the next reads; use it for
 // heartbeats: extend it in OnPing, OnPong and OnMessage.
 func (c *Conn) SetReadDeadline(t time.Time) error { return c.conn.SetReadDeadline(t) }
 
-// SetWriteDeadline sets the deadline for writes.
-func (c *Conn) SetWriteDeadline(t time.Time) error { return c.conn.SetWriteDeadline(t) }
+// SetWriteDeadline sets the deadline for writes; Options.WriteTimeout
+// still bounds each write when it comes sooner. A zero t leaves only
+// WriteTimeout.
+func (c *Conn) SetWriteDeadline(t time.Time) error { return c.setWriteDeadline(t) }

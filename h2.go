@@ -6,7 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -38,7 +38,10 @@ func (u *Upgrader) upgradeH2(w http.ResponseWriter, r *http.Request, hs handshak
 	return newServerConn(s, u.cfg, u.handler, nil, hs), nil
 }
 
-// h2Stream is a net.Conn over one HTTP/2 stream of a handler.
+// h2Stream is a net.Conn over one HTTP/2 stream of a handler. Writes come
+// one at a time, under the Conn's write lock; Close may come from any
+// goroutine while a write waits for flow control, and must not wait for
+// it: it sets a write deadline in the past, which ends the write.
 type h2Stream struct {
 	body   io.ReadCloser
 	w      io.Writer
@@ -46,22 +49,21 @@ type h2Stream struct {
 	local  net.Addr
 	remote net.Addr
 
-	mu     sync.Mutex // serialises writes with Close
-	closed bool
+	closed atomic.Bool
 }
 
 func (s *h2Stream) Read(p []byte) (int, error) {
 	n, err := s.body.Read(p)
-	if err != nil && n == 0 && s.isClosed() {
+	if err != nil && n == 0 && s.closed.Load() {
 		return 0, net.ErrClosed
 	}
 	return n, err
 }
 
+// Write writes p and flushes it. The Conn's finish takes the write lock
+// after Close, so no Write is running once the handler returns.
 func (s *h2Stream) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
+	if s.closed.Load() {
 		return 0, net.ErrClosed
 	}
 	n, err := s.w.Write(p)
@@ -71,22 +73,13 @@ func (s *h2Stream) Write(p []byte) (int, error) {
 	return n, err
 }
 
-func (s *h2Stream) isClosed() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closed
-}
-
 // Close stops writes and reads on the stream; the stream itself ends when
 // the handler returns.
 func (s *h2Stream) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.closed.CompareAndSwap(false, true) {
 		return net.ErrClosed
 	}
-	s.closed = true
-	s.mu.Unlock()
+	s.rc.SetWriteDeadline(time.Unix(1, 0)) // ends a write waiting for the peer's window
 	return s.body.Close()
 }
 

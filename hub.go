@@ -547,7 +547,7 @@ func (r *receiver) closeSlowLocked() {
 		c.err = errSlowConsumer
 	}
 	c.errMu.Unlock()
-	c.conn.SetWriteDeadline(time.Now().Add(h.slowTimeout))
+	c.setWriteDeadline(time.Now().Add(h.slowTimeout))
 	r.startLocked()
 }
 

@@ -52,7 +52,21 @@ type Options struct {
 
 	// CloseTimeout bounds the wait for the peer's answer to a close frame
 	// gust sent, before the TCP connection is closed anyway. Default 5s.
+	// After gust failed the connection (a protocol error, a limit), the
+	// wait is shorter: see [Conn.ReadLoop].
 	CloseTimeout time.Duration
+
+	// WriteTimeout bounds how long a write may make no progress: every
+	// write gust makes to the socket (messages, corked batches, WriteAsync,
+	// a Hub's writer, pings, close frames) fails once the peer has taken no
+	// bytes for that long, and the connection ends; OnClose then receives
+	// an error for which errors.Is(err, os.ErrDeadlineExceeded) holds. A
+	// large message written in pieces gets the full timeout for each piece.
+	// A deadline set with SetWriteDeadline or SetDeadline applies as well,
+	// whichever comes first. Default 10s; negative turns the bound off
+	// (a peer that never reads then holds its connection, goroutine and
+	// buffers for as long as it stays connected).
+	WriteTimeout time.Duration
 
 	// DisableRecovery lets a panic in an Event callback crash the process.
 	// Default false: the panic is recovered, its stack logged to ErrorLog,
@@ -109,6 +123,7 @@ const (
 	defaultParallelLimit    = 8
 	defaultWriteQueueSize   = 256
 	defaultCloseTimeout     = 5 * time.Second
+	defaultWriteTimeout     = 10 * time.Second
 	defaultHandshakeTimeout = 10 * time.Second
 	defaultMaxHeaderBytes   = 16 << 10
 )
@@ -141,6 +156,9 @@ func newConfig(o *Options) *config {
 	}
 	if c.CloseTimeout <= 0 {
 		c.CloseTimeout = defaultCloseTimeout
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = defaultWriteTimeout
 	}
 	if c.ErrorLog == nil {
 		c.ErrorLog = log.Default()

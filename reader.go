@@ -287,14 +287,17 @@ func (c *Conn) readData(op Opcode, fin, compressed bool, length int64, key [4]by
 	pos := 0
 	for rd.n < end {
 		if rd.msg == nil || len(*rd.msg) == rd.n {
-			// Grow with the bytes that arrive, not with the length the
-			// header announced: a 14-byte header pins at most 64 KiB. Once
-			// 64 KiB have arrived, take the whole announced length (at most
-			// MaxMessageSize), so that a large message is not copied from
-			// buffer to doubled buffer on its way in.
-			size := min(end, max(2*rd.n, rd.n+rd.w-rd.r, messageChunk))
-			if rd.n >= messageChunk {
-				size = end
+			// Grow with the bytes that have arrived, never with the length
+			// a header announces: the buffer holds at most about twice what
+			// arrived (at least messageChunk), so a peer that announces
+			// 16 MiB and sends 100 KiB pins 256 KiB, and a message in many
+			// fragments grows geometrically, in linear time. The last
+			// frame's end bounds the size; before it, the size limit does.
+			size := max(2*rd.n, rd.n+rd.w-rd.r, messageChunk)
+			if fin {
+				size = min(size, end)
+			} else {
+				size = int(min(int64(size), limit))
 			}
 			if rd.msg == nil {
 				rd.msg = bufpool.Get(size)

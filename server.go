@@ -258,6 +258,9 @@ func newHTTPRequest(req *handshake.Request, nc net.Conn) (*http.Request, error) 
 // every connection, and waits until every connection has ended (their
 // OnClose returned) or ctx is done. When ctx ends first, it closes the
 // connections that remain, waits for their OnClose, and returns ctx.Err().
+// It returns by ctx's deadline whatever the peers do: each close frame is
+// written on a goroutine of its own, so that a peer that does not read
+// delays nobody else's, and cutting a connection ends a write blocked on it.
 // net/http's own Shutdown does not cover hijacked connections; this one
 // covers every connection the Server accepted.
 func (s *Server) Shutdown(ctx context.Context) error {
@@ -269,22 +272,25 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		conns = append(conns, c)
 	}
 	s.mu.Unlock()
+	var closers sync.WaitGroup
 	for _, c := range conns {
-		c.startClose(StatusGoingAway, "server shutting down")
+		closers.Go(func() { c.startClose(StatusGoingAway, "server shutting down") })
 	}
 	done := make(chan struct{})
 	go func() {
 		s.wg.Wait()
 		close(done)
 	}()
+	var err error
 	select {
 	case <-done:
-		return nil
 	case <-ctx.Done():
 		s.closeAll()
 		<-done
-		return ctx.Err()
+		err = ctx.Err()
 	}
+	closers.Wait() // each connection has ended: a close frame still waiting fails at once
+	return err
 }
 
 // Close stops accepting and closes every connection at once, without a

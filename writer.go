@@ -3,7 +3,11 @@ package gust
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -30,6 +34,12 @@ type writeState struct {
 	queueBusy  bool
 	queueMu    sync.Mutex
 	maskSource maskSource
+
+	// The write timeout: the socket's write deadline is moved forward at
+	// most every quarter of Options.WriteTimeout, not at every write.
+	refreshAt    time.Time    // when the deadline is next moved
+	userDeadline atomic.Int64 // Unix ns of SetWriteDeadline's deadline; 0 for none
+	userChanged  atomic.Bool  // SetWriteDeadline was called since the last move
 }
 
 type asyncWrite struct {
@@ -159,10 +169,14 @@ func (c *Conn) writeCloseFrame(code StatusCode, reason string) error {
 // worker goroutine, and calls done (if not nil) with the write's result from
 // that goroutine. p must not change until done is called. The queue holds at
 // most Options.WriteQueueSize messages; past that WriteAsync returns
-// ErrQueueFull and queues nothing.
+// ErrQueueFull and queues nothing. Once the connection has ended it returns
+// net.ErrClosed.
 func (c *Conn) WriteAsync(op Opcode, p []byte, done func(error)) error {
 	if op != OpText && op != OpBinary {
 		return errBadOpcode
+	}
+	if c.netDone.Load() {
+		return errClosed
 	}
 	w := &c.wr
 	w.queueMu.Lock()
@@ -339,7 +353,7 @@ func (c *Conn) writeLarge(hn int, p []byte, key [4]byte, limit int) error {
 			pos = mask.ApplyCopy(b[start:], p[:n], key, pos)
 		}
 		p = p[n:]
-		if _, err := c.conn.Write(b); err != nil {
+		if _, err := c.netWrite(b); err != nil {
 			return c.writeFailed(err)
 		}
 		b = b[:0]
@@ -355,7 +369,7 @@ func (c *Conn) flushLocked() error {
 	}
 	var err error
 	if len(*w.buf) > 0 && w.err == nil {
-		_, err = c.conn.Write(*w.buf)
+		_, err = c.netWrite(*w.buf)
 	}
 	c.releaseWriteBuffer()
 	return c.writeFailed(err)
@@ -368,11 +382,49 @@ func (c *Conn) releaseWriteBuffer() {
 	}
 }
 
+// netWrite writes p to the socket, the only place gust does once the
+// handshake is over; the caller holds the write lock. It keeps the socket's
+// write deadline at most Options.WriteTimeout ahead (or at the caller's
+// SetWriteDeadline, if sooner), moving it forward when a quarter of the
+// timeout has passed since the last move: a write that makes no progress
+// fails after 0.75 to 1 times the timeout, and a busy connection pays for
+// one deadline change every few seconds, not one per write.
+func (c *Conn) netWrite(p []byte) (int, error) {
+	w := &c.wr
+	if d := c.cfg.WriteTimeout; d > 0 {
+		now := time.Now()
+		if w.userChanged.Swap(false) || now.After(w.refreshAt) {
+			dl := now.Add(d)
+			if u := w.userDeadline.Load(); u != 0 && u < dl.UnixNano() {
+				dl = time.Unix(0, u)
+			}
+			c.conn.SetWriteDeadline(dl)
+			w.refreshAt = now.Add(d / 4)
+		}
+	}
+	return c.conn.Write(p)
+}
+
+// setWriteDeadline is SetWriteDeadline: it applies t at once, which ends a
+// write blocked now, and records it for netWrite.
+func (c *Conn) setWriteDeadline(t time.Time) error {
+	var ns int64
+	if !t.IsZero() {
+		ns = t.UnixNano()
+	}
+	c.wr.userDeadline.Store(ns)
+	c.wr.userChanged.Store(true)
+	return c.conn.SetWriteDeadline(t)
+}
+
 // writeFailed makes a write error sticky and ends the connection: a frame
 // cut in the middle leaves the stream unusable.
 func (c *Conn) writeFailed(err error) error {
 	if err == nil {
 		return nil
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) && c.cfg.WriteTimeout > 0 {
+		err = fmt.Errorf("gust: write made no progress within the write timeout (%v): %w", c.cfg.WriteTimeout, err)
 	}
 	if c.wr.err == nil {
 		c.wr.err = err

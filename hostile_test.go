@@ -1,0 +1,348 @@
+package gust
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Peers that attack gust: one that never reads, one that announces more
+// than it sends, one that sends bad frames and then stays. Each test bounds
+// what such a peer can hold.
+
+// openRecorder is a funcHandler that hands each connection to the test
+// when it opens.
+type openRecorder struct {
+	*funcHandler
+	opened chan *Conn
+}
+
+func newOpenHandler() *openRecorder {
+	h := &openRecorder{funcHandler: &funcHandler{closed: make(chan error, 100)}, opened: make(chan *Conn, 100)}
+	h.open = func(c *Conn) { h.opened <- c }
+	return h
+}
+
+func (h *openRecorder) waitOpen(t *testing.T) *Conn {
+	t.Helper()
+	select {
+	case c := <-h.opened:
+		return c
+	case <-time.After(10 * time.Second):
+		t.Fatal("OnOpen was not called")
+		return nil
+	}
+}
+
+// blockWrites writes 1 MiB messages to c from a goroutine until a write
+// fails, and returns once a write has made no progress for a while: the
+// peer's socket buffers are full and a write now holds c's write lock.
+// The returned channel receives the error that ended the writes.
+func blockWrites(t *testing.T, write func() error) <-chan error {
+	t.Helper()
+	var progress atomic.Int64
+	failed := make(chan error, 1)
+	go func() {
+		for {
+			if err := write(); err != nil {
+				failed <- err
+				return
+			}
+			progress.Add(1)
+		}
+	}()
+	last, still := int64(-1), 0
+	for still < 3 {
+		time.Sleep(100 * time.Millisecond)
+		if n := progress.Load(); n != last {
+			last, still = n, 0
+		} else {
+			still++
+		}
+	}
+	return failed
+}
+
+func TestShutdownReturnsByItsDeadlineWithAPeerThatNeverReads(t *testing.T) {
+	h := newOpenHandler()
+	s := NewServer(h, &Options{WriteTimeout: time.Hour}) // only ctx can end the stalled write
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ln) }()
+
+	dialRaw(t, ln.Addr().String(), nil) // never reads
+	stalled := h.waitOpen(t)
+	healthy := dialRaw(t, ln.Addr().String(), nil)
+	h.waitOpen(t)
+	big := make([]byte, 1<<20)
+	failed := blockWrites(t, func() error { return stalled.WriteMessage(OpBinary, big) })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	shut := make(chan error, 1)
+	go func() { shut <- s.Shutdown(ctx) }()
+	// The healthy peer gets its 1001 while the stalled one blocks its own
+	// write, and nothing else.
+	healthy.expectClose(StatusGoingAway)
+	select {
+	case err := <-shut:
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Shutdown did not return after its context's deadline")
+	}
+	require.Error(t, <-failed)
+	require.ErrorIs(t, <-served, ErrServerClosed)
+	errs := []error{waitErr(t, h.closed), waitErr(t, h.closed)}
+	require.Contains(t, []StatusCode{CloseStatus(errs[0]), CloseStatus(errs[1])}, StatusGoingAway)
+}
+
+func TestWriteTimeoutCutsAPeerThatNeverReads(t *testing.T) {
+	big := make([]byte, 1<<20)
+	cases := []struct {
+		name  string
+		write func(t *testing.T, c *Conn) <-chan error // starts writing to c for ever
+	}{
+		{"WriteMessage", func(t *testing.T, c *Conn) <-chan error {
+			return blockWrites(t, func() error { return c.WriteMessage(OpBinary, big) })
+		}},
+		{"WriteAsync", func(t *testing.T, c *Conn) <-chan error {
+			done := make(chan error, 1)
+			go func() {
+				for {
+					err := c.WriteAsync(OpBinary, big, func(err error) {
+						if err != nil {
+							select {
+							case done <- err:
+							default:
+							}
+						}
+					})
+					if errors.Is(err, ErrQueueFull) {
+						time.Sleep(10 * time.Millisecond)
+						continue
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+			return done
+		}},
+		{"Hub", func(t *testing.T, c *Conn) <-chan error {
+			hub, err := NewHub(&HubOptions{QueueSize: 1 << 20, Policy: DropNewest})
+			require.NoError(t, err)
+			t.Cleanup(func() { hub.Close() })
+			require.NoError(t, hub.Subscribe(c, "t"))
+			pm, err := NewPreparedMessage(OpBinary, big)
+			require.NoError(t, err)
+			go func() {
+				for hub.Stats().Connections > 0 && hub.Stats().Pending < 1000 {
+					hub.Publish("t", OpBinary, pm.Payload())
+				}
+			}()
+			return nil
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newOpenHandler()
+			addr := startServer(t, h, &Options{WriteTimeout: 300 * time.Millisecond})
+			dialRaw(t, addr, nil) // never reads
+			c := h.waitOpen(t)
+			failed := tc.write(t, c)
+			err := waitErr(t, h.closed)
+			require.ErrorIs(t, err, os.ErrDeadlineExceeded, "OnClose: %v", err)
+			require.Contains(t, err.Error(), "write timeout")
+			if failed != nil {
+				require.ErrorIs(t, <-failed, os.ErrDeadlineExceeded)
+			}
+		})
+	}
+}
+
+func TestWriteTimeoutCutsAnEchoPeerThatNeverReads(t *testing.T) {
+	// The echo is written from OnMessage, corked: the read goroutine itself
+	// blocks in the flush, and the timeout must free it.
+	h := newEcho()
+	addr := startServer(t, h, &Options{WriteTimeout: 300 * time.Millisecond})
+	c := dialRaw(t, addr, nil)
+	msg := frame(0x82, make([]byte, 64<<10))
+	go func() {
+		for {
+			if _, err := c.nc.Write(msg); err != nil {
+				return
+			}
+		}
+	}()
+	err := h.waitClose(t)
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "OnClose: %v", err)
+}
+
+func TestSetWriteDeadlineStillAppliesUnderTheWriteTimeout(t *testing.T) {
+	h := newOpenHandler()
+	addr := startServer(t, h, &Options{WriteTimeout: time.Hour})
+	dialRaw(t, addr, nil) // never reads
+	c := h.waitOpen(t)
+	big := make([]byte, 1<<20)
+	failed := blockWrites(t, func() error { return c.WriteMessage(OpBinary, big) })
+	require.NoError(t, c.SetWriteDeadline(time.Now()))
+	require.ErrorIs(t, <-failed, os.ErrDeadlineExceeded)
+	require.ErrorIs(t, waitErr(t, h.closed), os.ErrDeadlineExceeded)
+}
+
+// settledHeap is the heap in use once the pools are empty: two collections
+// clear a sync.Pool.
+func settledHeap() uint64 {
+	runtime.GC()
+	return heapInuse()
+}
+
+// sendPartialFrame starts a binary frame that announces n bytes and sends
+// the first len(part) of them (mask key 0: the payload goes as it is).
+func sendPartialFrame(nc net.Conn, n int, part []byte) error {
+	hdr := []byte{0x82, 0x80 | 127}
+	hdr = binary.BigEndian.AppendUint64(hdr, uint64(n))
+	hdr = append(hdr, 0, 0, 0, 0)
+	_, err := nc.Write(append(hdr, part...))
+	return err
+}
+
+func TestAnnouncedLengthCommitsNoMemory(t *testing.T) {
+	// Each peer announces a frame just under the 16 MiB limit and sends
+	// 128 KiB of it: what gust holds must follow the 128 KiB.
+	const (
+		peers = 16
+		sent  = 128 << 10
+	)
+	forEachMode(t, func(t *testing.T, m serverMode) {
+		h := newOpenHandler()
+		addr := m.start(t, h, nil)
+		before := settledHeap()
+		part := make([]byte, sent)
+		for range peers {
+			c := dialRaw(t, addr, nil)
+			require.NoError(t, sendPartialFrame(c.nc, 16<<20-1, part))
+			h.waitOpen(t)
+		}
+		// Wait until the server has read what was sent: the heap holds it.
+		growth := func() uint64 { return max(settledHeap(), before) - before }
+		require.True(t, assertEventually(5*time.Second, func() bool { return growth() >= peers*sent }),
+			"the server did not read what was sent: heap grew by %d KiB", growth()>>10)
+		time.Sleep(100 * time.Millisecond)
+		grown := growth()
+		t.Logf("heap grew by %d KiB for %d peers that sent %d KiB each", grown>>10, peers, sent>>10)
+		// About 2× what arrived plus a 64 KiB read buffer, per peer.
+		require.Less(t, grown, uint64(peers*512<<10))
+	})
+}
+
+func TestFragmentedMessageGrowsLinearly(t *testing.T) {
+	// A message sent in 4 KiB fragments: the bytes gust allocates to
+	// assemble it must grow with its size, not with its square.
+	if testing.Short() {
+		t.Skip("sends 72 MiB")
+	}
+	got := make(chan int, 1)
+	h := newFuncHandler()
+	h.message = func(_ *Conn, m *Message) {
+		got <- len(m.Data)
+		m.Close()
+	}
+	addr := startServer(t, h, &Options{MaxMessageSize: 128 << 20})
+	c := dialRaw(t, addr, nil)
+	c.nc.SetDeadline(time.Now().Add(2 * time.Minute))
+	fragment := make([]byte, 4<<10)
+	send := func(size int) uint64 {
+		var ms runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		before := ms.TotalAlloc
+		w := bufio.NewWriterSize(c.nc, 256<<10)
+		hdr := []byte{0, 0x80 | 126, byte(len(fragment) >> 8), byte(len(fragment)), 0, 0, 0, 0}
+		for i := 0; i < size; i += len(fragment) {
+			hdr[0] = 0x00 // continuation
+			if i == 0 {
+				hdr[0] = 0x02
+			}
+			if i+len(fragment) >= size {
+				hdr[0] |= 0x80
+			}
+			w.Write(hdr)
+			w.Write(fragment)
+		}
+		require.NoError(t, w.Flush())
+		select {
+		case n := <-got:
+			require.Equal(t, size, n)
+		case <-time.After(2 * time.Minute):
+			t.Fatal("message not delivered")
+		}
+		runtime.ReadMemStats(&ms)
+		return ms.TotalAlloc - before
+	}
+	small := send(8 << 20)
+	large := send(64 << 20)
+	t.Logf("allocated %d MiB for 8 MiB, %d MiB for 64 MiB: ratio %.1f", small>>20, large>>20, float64(large)/float64(small))
+	require.Less(t, float64(large)/float64(small), 16.0, "8× the size must cost about 8× the bytes")
+}
+
+func TestFailedConnectionLingersBriefly(t *testing.T) {
+	// After a protocol error gust sends its close frame and waits for the
+	// peer to stop sending, not for CloseTimeout: a peer that sends a bad
+	// frame and then neither closes nor reads holds its descriptor for a
+	// fraction of a second; one that keeps trickling bytes, for about a
+	// second.
+	for _, trickle := range []bool{false, true} {
+		name := map[bool]string{false: "silent", true: "trickling"}[trickle]
+		t.Run(name, func(t *testing.T) {
+			h := newEcho()
+			addr := startServer(t, h, &Options{CloseTimeout: time.Minute})
+			c := dialRaw(t, addr, nil)
+			c.send(frame(0x83, nil)) // reserved opcode
+			stop := make(chan struct{})
+			defer close(stop)
+			if trickle {
+				go func() {
+					for {
+						select {
+						case <-stop:
+							return
+						case <-time.After(20 * time.Millisecond):
+							if _, err := c.nc.Write([]byte{0}); err != nil {
+								return
+							}
+						}
+					}
+				}()
+			}
+			b0, p, err := c.readFrame()
+			require.NoError(t, err)
+			require.Equal(t, byte(0x88), b0)
+			require.Equal(t, StatusProtocolError, StatusCode(binary.BigEndian.Uint16(p)))
+			// Without answering, the socket must be closed well before the
+			// minute of CloseTimeout.
+			c.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+			_, err = c.br.ReadByte()
+			require.True(t, errors.Is(err, io.EOF) || isReset(err), "want the server to close, got %v", err)
+			var pe *ProtocolError
+			require.ErrorAs(t, h.waitClose(t), &pe)
+		})
+	}
+}
+
+// isReset reports a connection reset by the peer.
+func isReset(err error) bool {
+	var ne *net.OpError
+	return errors.As(err, &ne) && !ne.Timeout()
+}
