@@ -57,10 +57,12 @@ type DialOptions struct {
 	// HTTP2 lets Dial open a wss:// WebSocket as an HTTP/2 stream (RFC
 	// 8441): the TLS handshake offers h2, and when the server picks it and
 	// announces SETTINGS_ENABLE_CONNECT_PROTOCOL, the handshake is an
-	// extended CONNECT. When the server does not pick h2 or does not allow
-	// extended CONNECT, Dial falls back to HTTP/1.1 (on a new connection in
-	// the second case). Each Dial uses its own TCP connection. Default
-	// false: HTTP/1.1 only.
+	// extended CONNECT. When the server does not pick h2, Dial falls back
+	// to HTTP/1.1 on the same connection; when it does not allow extended
+	// CONNECT, or answers it with a Content-Length (which RFC 9110 §9.3.6
+	// forbids, and which net/http's HTTP/2 client would hold the stream
+	// to), Dial falls back to HTTP/1.1 on a new connection. Each Dial uses
+	// its own TCP connection. Default false: HTTP/1.1 only.
 	HTTP2 bool
 }
 
@@ -145,7 +147,7 @@ func Dial(ctx context.Context, rawURL string, h Event, opts *DialOptions) (*Conn
 	}
 	if tc, ok := nc.(*tls.Conn); ok && tc.ConnectionState().NegotiatedProtocol == "h2" {
 		c, resp, err := d.handshakeH2(ctx, tc, u, h, release)
-		if errors.Is(err, errNoExtendedConnect) { // the server speaks h2 but not RFC 8441
+		if errors.Is(err, errTryHTTP1) { // the server speaks h2, but not RFC 8441 as net/http needs
 			opts2 := *opts
 			opts2.HTTP2 = false
 			return Dial(ctx, rawURL, h, &opts2)

@@ -17,9 +17,22 @@ import (
 	"crypto/tls"
 )
 
-// errNoExtendedConnect reports an HTTP/2 server that did not announce
-// SETTINGS_ENABLE_CONNECT_PROTOCOL: Dial then falls back to HTTP/1.1.
-var errNoExtendedConnect = errors.New("gust: the server does not allow extended CONNECT over HTTP/2")
+// errTryHTTP1 is wrapped by the errors of handshakeH2 after which Dial
+// redoes the handshake over HTTP/1.1, on a new connection.
+var errTryHTTP1 = errors.New("gust: no WebSocket over this HTTP/2 server")
+
+var (
+	// errNoExtendedConnect reports an HTTP/2 server that did not announce
+	// SETTINGS_ENABLE_CONNECT_PROTOCOL.
+	errNoExtendedConnect = fmt.Errorf("%w: it does not allow extended CONNECT", errTryHTTP1)
+
+	// errConnectContentLength reports an HTTP/2 server that sent a
+	// Content-Length on its 2xx answer to the extended CONNECT, which RFC
+	// 9110 §9.3.6 forbids. The RFC tells clients to ignore it, but
+	// net/http's HTTP/2 transport ends the stream with an error once that
+	// many bytes have come, and has no setting to make it ignore the header.
+	errConnectContentLength = fmt.Errorf("%w: it sent Content-Length on its answer to CONNECT", errTryHTTP1)
+)
 
 // handshakeH2 opens the WebSocket as an extended CONNECT stream on tc, a
 // TLS connection that negotiated h2 (RFC 8441 §4).
@@ -28,6 +41,9 @@ var errNoExtendedConnect = errors.New("gust: the server does not allow extended 
 // CONNECT needs; the HTTP/2 transport it hands TLS connections to through
 // TLSNextProto["h2"] sends it, and waits for the server's SETTINGS to see
 // whether extended CONNECT is allowed.
+//
+// When the server does not allow extended CONNECT, or answers it with a
+// Content-Length, the error wraps errTryHTTP1.
 func (d *dialer) handshakeH2(ctx context.Context, tc *tls.Conn, u *url.URL, h Event, release func() error) (*Conn, *http.Response, error) {
 	if err := release(); err != nil {
 		tc.Close()
@@ -73,13 +89,16 @@ func (d *dialer) handshakeH2(ctx context.Context, tc *tls.Conn, u *url.URL, h Ev
 		pw.Close()
 		tc.Close()
 		var de *DialError
-		if errors.As(err, &de) || errors.Is(err, ErrBadHandshake) || errors.Is(err, errNoExtendedConnect) {
+		if errors.As(err, &de) || errors.Is(err, ErrBadHandshake) || errors.Is(err, errTryHTTP1) {
 			return nil, resp, err
 		}
 		return nil, resp, dialFailed(ctx, u, err)
 	}
 	resp, err := rt.RoundTrip(req)
 	if err != nil {
+		// net/http exports no error for this; its message is
+		// "net/http: extended connect not supported by peer", which
+		// TestDialH2FallsBackWithoutExtendedConnect guards.
 		if strings.Contains(err.Error(), "extended connect not supported") {
 			return fail(nil, errNoExtendedConnect)
 		}
@@ -93,6 +112,13 @@ func (d *dialer) handshakeH2(ctx context.Context, tc *tls.Conn, u *url.URL, h Ev
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxRefusalBody))
 		resp.Body.Close()
 		return fail(resp, &DialError{Status: resp.StatusCode, Header: resp.Header, Body: body})
+	}
+	if resp.ContentLength >= 0 && len(resp.Header["Content-Length"]) > 0 {
+		// The transport took the header as the body's length and will
+		// fail the stream past it (with no header, or one it cannot
+		// parse, ContentLength is -1).
+		resp.Body.Close()
+		return fail(nil, errConnectContentLength)
 	}
 	subprotocol, params, err := d.checkNegotiated(resp.Header)
 	if err != nil {

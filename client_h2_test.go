@@ -1,13 +1,21 @@
 package gust
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -161,4 +169,199 @@ func TestDialH2BadServerFrames(t *testing.T) {
 			require.Equal(t, closePayload(tt.code, "")[:2], f[1:3])
 		})
 	}
+}
+
+// echoAndClose runs c, sends a message through the echo server behind it and
+// closes it, failing if the connection ends before the echo comes back.
+func echoAndClose(t *testing.T, c *Conn, h *collector) {
+	t.Helper()
+	go c.ReadLoop()
+	require.NoError(t, c.WriteString("ping"))
+	select {
+	case m := <-h.msgs:
+		require.Equal(t, "ping", string(m.Data))
+		m.Close()
+	case err := <-h.closed:
+		t.Fatalf("the connection ended before the echo: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no echo")
+	}
+	require.NoError(t, c.WriteClose(StatusNormalClosure, ""))
+	require.Equal(t, StatusNormalClosure, CloseStatus(h.waitClose(t)))
+}
+
+// countDials counts the TCP connections a Dial opens.
+func countDials(n *atomic.Int32) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		n.Add(1)
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}
+}
+
+// TestDialH2ContentLengthOnConnect dials a server that sends
+// content-length: 0 on its 200 to the extended CONNECT, as Jetty 12.0.16
+// does. RFC 9110 §9.3.6 forbids it and tells the client to ignore it;
+// net/http's HTTP/2 transport enforces it instead, so Dial has to redo the
+// handshake over HTTP/1.1.
+func TestDialH2ContentLengthOnConnect(t *testing.T) {
+	u := NewUpgrader(newEcho(), nil)
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "0")
+		c, err := u.Upgrade(w, r)
+		if err == nil {
+			c.ReadLoop()
+		}
+	}))
+	ts.EnableHTTP2 = true
+	ts.StartTLS()
+	t.Cleanup(ts.Close)
+
+	// Go's HTTP/2 server sends the header and lets the stream carry data
+	// all the same; net/http's client cuts the stream at the declared
+	// length. Should the client ever ignore the header, the fallback below
+	// is no longer needed.
+	addr := "h2://" + ts.Listener.Addr().String()
+	h2Servers.Store(addr, &h2Server{client: ts.Client(), url: ts.URL})
+	t.Cleanup(func() { h2Servers.Delete(addr) })
+	raw := dialH2(t, addr, nil)
+	require.Equal(t, []string{"0"}, raw.lastResp.Header.Values("Content-Length"))
+	raw.send(frame(0x81, []byte("hi")))
+	_, _, err := raw.readFrame()
+	require.ErrorContains(t, err, "more than declared Content-Length")
+
+	var dials atomic.Int32
+	h := newCollector()
+	opts := &DialOptions{Options: Options{TLSConfig: ts.Client().Transport.(*http.Transport).TLSClientConfig},
+		NetDialContext: countDials(&dials), HTTP2: true}
+	c, resp, err := Dial(testContext(t), "wss://"+strings.TrimPrefix(ts.URL, "https://"), h, opts)
+	require.NoError(t, err)
+	echoAndClose(t, c, h)
+	require.Equal(t, 1, resp.ProtoMajor)
+	require.Equal(t, int32(2), dials.Load(), "an HTTP/2 connection, then an HTTP/1.1 one")
+}
+
+// h2ChildEnv, set to a directory holding cert.pem and key.pem (from
+// selfSigned), makes the test binary run serveH2Child instead of the tests.
+const h2ChildEnv = "GUST_TEST_H2_SERVER"
+
+// serveH2Child is the child process of startH2Child: an HTTPS server with
+// HTTP/2 and gust's Upgrader in front of an echo handler. It prints its
+// address, then serves until stdin closes or a minute has passed.
+func serveH2Child(dir string) int {
+	u := NewUpgrader(newEcho(), nil)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := u.Upgrade(w, r)
+		if err == nil {
+			c.ReadLoop()
+		}
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "HTTP/2 child server:", err)
+		return 1
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.ServeTLS(ln, filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")) }()
+	fmt.Println(ln.Addr())
+	stdinClosed := make(chan struct{})
+	go func() {
+		io.Copy(io.Discard, os.Stdin)
+		close(stdinClosed)
+	}()
+	select {
+	case <-stdinClosed:
+	case <-time.After(time.Minute):
+	case err := <-served:
+		fmt.Fprintln(os.Stderr, "HTTP/2 child server:", err)
+		return 1
+	}
+	srv.Close()
+	return 0
+}
+
+// startH2Child runs serveH2Child in a child process whose GODEBUG lacks
+// the http2xconnect=1 that TestMain gives this one, so that Go's HTTP/2
+// server there does not offer extended CONNECT. It returns the server's
+// address and a pool that trusts its certificate; the child is stopped
+// when the test ends.
+func startH2Child(t *testing.T) (addr string, pool *x509.CertPool) {
+	t.Helper()
+	dir := t.TempDir()
+	_, _, _, pool = selfSigned(t, dir)
+	var godebug []string
+	for _, s := range strings.Split(os.Getenv("GODEBUG"), ",") {
+		if name, _, _ := strings.Cut(s, "="); s != "" && name != "http2xconnect" {
+			godebug = append(godebug, s)
+		}
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), h2ChildEnv+"="+dir, "GODEBUG="+strings.Join(godebug, ","))
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		stdin.Close() // the child's signal to stop
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		select {
+		case err := <-exited:
+			require.NoError(t, err)
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+			t.Error("the HTTP/2 child server did not stop when its stdin closed")
+		}
+	})
+	line := make(chan string, 1)
+	go func() {
+		s, _ := bufio.NewReader(stdout).ReadString('\n')
+		line <- s
+	}()
+	select {
+	case s := <-line:
+		addr = strings.TrimSpace(s)
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill() // ends the read above
+		t.Fatal("the HTTP/2 child server did not print its address")
+	}
+	require.NotEmpty(t, addr, "the HTTP/2 child server exited before printing its address")
+	return addr, pool
+}
+
+// TestDialH2FallsBackWithoutExtendedConnect dials a Go HTTP/2 server that
+// does not offer extended CONNECT. handshakeH2 recognises net/http's
+// refusal by its message (net/http exports no error for it), so this test
+// is what notices when the message changes.
+func TestDialH2FallsBackWithoutExtendedConnect(t *testing.T) {
+	addr, pool := startH2Child(t)
+	var dials atomic.Int32
+	opts := &DialOptions{Options: Options{TLSConfig: &tls.Config{RootCAs: pool}},
+		NetDialContext: countDials(&dials), HTTP2: true}
+
+	// The HTTP/2 attempt alone: it must end in errNoExtendedConnect.
+	ctx := testContext(t)
+	d, err := newDialer(opts)
+	require.NoError(t, err)
+	wsURL, err := parseWebSocketURL("wss://" + addr + "/")
+	require.NoError(t, err)
+	raw, target, _, err := d.connect(ctx, wsURL)
+	require.NoError(t, err)
+	nc, err := d.transport(ctx, raw, wsURL, target, nil)
+	require.NoError(t, err)
+	tc := nc.(*tls.Conn)
+	require.Equal(t, "h2", tc.ConnectionState().NegotiatedProtocol)
+	_, _, err = d.handshakeH2(ctx, tc, wsURL, nil, guard(ctx, raw))
+	require.ErrorIs(t, err, errNoExtendedConnect)
+
+	// Dial: the same attempt, then HTTP/1.1 on a new connection.
+	dials.Store(0)
+	h := newCollector()
+	c, resp, err := Dial(ctx, wsURL.String(), h, opts)
+	require.NoError(t, err)
+	echoAndClose(t, c, h)
+	require.Equal(t, 1, resp.ProtoMajor)
+	require.Equal(t, int32(2), dials.Load(), "an HTTP/2 connection, then an HTTP/1.1 one")
 }

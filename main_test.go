@@ -14,6 +14,11 @@ import (
 // TestMain fails the run when goroutines outlive the tests: gust promises
 // to start none of its own that survive a connection.
 func TestMain(m *testing.M) {
+	// A child process that serves HTTP/2 without extended CONNECT, for
+	// TestDialH2FallsBackWithoutExtendedConnect (see startH2Child).
+	if dir := os.Getenv(h2ChildEnv); dir != "" {
+		os.Exit(serveH2Child(dir))
+	}
 	// Go's HTTP/2 server offers extended CONNECT (RFC 8441) only when the
 	// process starts with GODEBUG=http2xconnect=1: run the tests in a child
 	// process that has it.
