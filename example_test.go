@@ -61,7 +61,10 @@ func ExampleUpgrader() {
 		}
 		c.ReadLoop() // returns when the connection ends
 	})
-	srv := httptest.NewServer(mux) // or http.ListenAndServe(":8080", mux)
+	// A real server: (&http.Server{Addr: ":8080", Handler: mux,
+	// ReadHeaderTimeout: 10 * time.Second}).ListenAndServe(); without
+	// ReadHeaderTimeout a client that sends its head slowly is never dropped.
+	srv := httptest.NewServer(mux)
 	defer srv.Close()
 
 	in := newInbox()

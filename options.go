@@ -102,7 +102,9 @@ type Options struct {
 
 	// MaxHeaderBytes bounds the size of a handshake request head a Server
 	// reads (a larger one is refused with 431), and on the client side the
-	// size of the response head. Default 16 KiB.
+	// size of the response head. Default 16 KiB. A Server's pending
+	// handshake holds a 512-byte buffer that doubles as the head arrives,
+	// up to MaxHeaderBytes.
 	MaxHeaderBytes int
 
 	// Compression configures permessage-deflate (RFC 7692). Default: off.

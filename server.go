@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -177,21 +178,25 @@ func (s *Server) forget(c *Conn) {
 
 // handshake reads the request head, checks it, and answers with 101 or an
 // HTTP error. It returns nil when the connection must be closed.
+//
+// The head is read into a buffer that starts at the pool's smallest class
+// and doubles only when the bytes received fill it, up to MaxHeaderBytes:
+// a client that sends a few bytes and then stalls (slowloris) pins a few
+// hundred bytes, not a buffer the size of the largest head allowed.
 func (s *Server) handshake(nc net.Conn) *Conn {
 	cfg := s.cfg
 	nc.SetDeadline(time.Now().Add(cfg.HandshakeTimeout))
-	buf := bufpool.Get(cfg.MaxHeaderBytes + minReadBufferSize)
-	defer bufpool.Put(buf)
-	b := *buf
+	buf := bufpool.Get(min(bufpool.MinSize, cfg.MaxHeaderBytes))
+	defer func() { bufpool.Put(buf) }() // buf is replaced as it grows
 	w := 0
 	var req *handshake.Request
 	var hn int
 	for {
-		n, err := nc.Read(b[w:])
+		n, err := nc.Read((*buf)[w:])
 		w += n
 		if n > 0 {
 			var perr error
-			req, hn, perr = handshake.Parse(b[:w], cfg.MaxHeaderBytes)
+			req, hn, perr = handshake.Parse((*buf)[:w], cfg.MaxHeaderBytes)
 			if perr == nil {
 				break
 			}
@@ -200,52 +205,90 @@ func (s *Server) handshake(nc net.Conn) *Conn {
 				nc.Write(appendErrorResponse(nil, he.Status, he.Reason))
 				return nil
 			}
-			if w == len(b) {
-				nc.Write(appendErrorResponse(nil, http.StatusRequestHeaderFieldsTooLarge, "request head too large"))
-				return nil
+			if w == len(*buf) {
+				// An incomplete head that fills MaxHeaderBytes is longer
+				// than that.
+				if w >= cfg.MaxHeaderBytes {
+					nc.Write(appendErrorResponse(nil, http.StatusRequestHeaderFieldsTooLarge, "request head too large"))
+					return nil
+				}
+				buf = bufpool.Grow(buf, min(2*w, cfg.MaxHeaderBytes))
 			}
 		}
 		if err != nil {
 			return nil
 		}
 	}
-	r, err := newHTTPRequest(req, nc)
-	if err != nil {
-		nc.Write(appendErrorResponse(nil, http.StatusBadRequest, "invalid request target"))
-		return nil
+	r, herr := newHTTPRequest(req, nc)
+	var hs handshakeResult
+	if herr == nil {
+		hs, herr = cfg.checkRequest(r)
 	}
-	hs, herr := cfg.checkRequest(r)
 	if herr != nil {
 		nc.Write(appendErrorResponse(nil, herr.Status, herr.Reason))
 		return nil
 	}
-	if _, err := nc.Write(cfg.appendResponse(b[w:w], hs)); err != nil {
+	if _, err := nc.Write(cfg.appendResponse((*buf)[w:w], hs)); err != nil {
 		return nil
 	}
 	nc.SetDeadline(time.Time{})
-	return newServerConn(nc, cfg, s.handler, b[hn:w], hs)
+	return newServerConn(nc, cfg, s.handler, (*buf)[hn:w], hs) // copies the bytes after the head
 }
 
-// newHTTPRequest makes the *http.Request that CheckOrigin receives.
-func newHTTPRequest(req *handshake.Request, nc net.Conn) (*http.Request, error) {
+// newHTTPRequest makes the *http.Request that checkRequest and CheckOrigin
+// receive, refusing what net/http refuses before a handler runs: an
+// HTTP/1.1 request needs exactly one Host field (RFC 9112 §3.2), and
+// Content-Length must be a number. Content-Length and Transfer-Encoding
+// fill the fields net/http fills, so that checkRequest sees a body the same
+// way on both server paths.
+func newHTTPRequest(req *handshake.Request, nc net.Conn) (*http.Request, *HandshakeError) {
+	bad := func(reason string) (*http.Request, *HandshakeError) {
+		return nil, &HandshakeError{Status: http.StatusBadRequest, Reason: reason}
+	}
 	u, err := url.ParseRequestURI(req.RequestURI)
 	if err != nil {
-		return nil, err
+		return bad("invalid request target")
 	}
 	major, minor, ok := http.ParseHTTPVersion(req.Proto)
 	if !ok {
-		return nil, errors.New("gust: bad HTTP version")
+		return bad("malformed HTTP version")
+	}
+	hosts := req.Header.Values("Host")
+	if len(hosts) > 1 {
+		return bad("more than one Host header")
+	}
+	if len(hosts) == 0 && (major > 1 || major == 1 && minor >= 1) {
+		return bad("missing Host header")
+	}
+	var length int64
+	if cl := req.Header.Values("Content-Length"); len(cl) > 0 {
+		for _, v := range cl[1:] {
+			if v != cl[0] {
+				return bad("conflicting Content-Length headers")
+			}
+		}
+		n, err := strconv.ParseUint(cl[0], 10, 63) // digits only, no sign
+		if err != nil {
+			return bad("invalid Content-Length header")
+		}
+		length = int64(n)
+	}
+	te := req.Header.Values("Transfer-Encoding")
+	if len(te) > 0 {
+		length = -1 // as net/http: the length is not known in advance
 	}
 	r := &http.Request{
-		Method:     req.Method,
-		URL:        u,
-		Proto:      req.Proto,
-		ProtoMajor: major,
-		ProtoMinor: minor,
-		Header:     req.Header,
-		Host:       req.Header.Get("Host"),
-		RequestURI: req.RequestURI,
-		RemoteAddr: nc.RemoteAddr().String(),
+		Method:           req.Method,
+		URL:              u,
+		Proto:            req.Proto,
+		ProtoMajor:       major,
+		ProtoMinor:       minor,
+		Header:           req.Header,
+		ContentLength:    length,
+		TransferEncoding: te,
+		Host:             req.Header.Get("Host"),
+		RequestURI:       req.RequestURI,
+		RemoteAddr:       nc.RemoteAddr().String(),
 	}
 	if tc, ok := nc.(*tls.Conn); ok {
 		st := tc.ConnectionState()

@@ -129,6 +129,14 @@ func (cfg *config) checkRequest(r *http.Request) (hs handshakeResult, herr *Hand
 		if !handshake.HasToken(r.Header, "Upgrade", "websocket") {
 			return fail(http.StatusBadRequest, "websocket: Upgrade header must be websocket")
 		}
+		// The handshake is a GET (RFC 6455 §4.1), whose content has no
+		// defined meaning (RFC 9110 §9.3.1), and the bytes after the head
+		// are read as WebSocket frames: a body would be taken for frames.
+		// net/http passes such a request on, so the check is ours. Over
+		// HTTP/2 the stream's data is the WebSocket connection itself.
+		if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
+			return fail(http.StatusBadRequest, "websocket: handshake request must not have a body")
+		}
 	}
 	if v := r.Header.Values("Sec-WebSocket-Version"); len(v) != 1 || v[0] != "13" {
 		return fail(http.StatusUpgradeRequired, "websocket: unsupported version; this server speaks 13")

@@ -36,6 +36,19 @@ func TestHandshakeRefusals(t *testing.T) {
 		{"foreign origin", func(a string) string {
 			return strings.Replace(valid(a), "\r\n\r\n", "\r\nOrigin: http://evil.example\r\n\r\n", 1)
 		}, 403, [2]string{}},
+		{"no Host", func(a string) string { return strings.Replace(valid(a), "Host: "+a+"\r\n", "", 1) }, 400, [2]string{}},
+		{"two Hosts", func(a string) string {
+			return strings.Replace(valid(a), "\r\n\r\n", "\r\nHost: "+a+"\r\n\r\n", 1)
+		}, 400, [2]string{}},
+		{"Content-Length body", func(a string) string {
+			return strings.Replace(valid(a), "\r\n\r\n", "\r\nContent-Length: 5\r\n\r\nhello", 1)
+		}, 400, [2]string{}},
+		{"chunked body", func(a string) string {
+			return strings.Replace(valid(a), "\r\n\r\n", "\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", 1)
+		}, 400, [2]string{}},
+		{"bad Content-Length", func(a string) string {
+			return strings.Replace(valid(a), "\r\n\r\n", "\r\nContent-Length: +0\r\n\r\n", 1)
+		}, 400, [2]string{}},
 	}
 	forEachMode(t, func(t *testing.T, m serverMode) {
 		h := newEcho()

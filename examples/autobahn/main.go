@@ -49,13 +49,17 @@ func main() {
 	switch *path {
 	case "upgrader":
 		upgrader := gust.NewUpgrader(echo{}, opts)
-		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			c, err := upgrader.Upgrade(w, r)
-			if err != nil {
-				return
-			}
-			c.ReadLoop()
-		})}
+		srv := &http.Server{
+			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				c, err := upgrader.Upgrade(w, r)
+				if err != nil {
+					return
+				}
+				c.ReadLoop()
+			}),
+			ReadHeaderTimeout: 10 * time.Second, // slowloris; the Server path has HandshakeTimeout
+			IdleTimeout:       60 * time.Second,
+		}
 		go srv.Serve(ln)
 		<-ctx.Done()
 		shutdown(srv.Shutdown)

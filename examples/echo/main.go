@@ -8,6 +8,7 @@ import (
 	"flag"
 	"log"
 	"net/http"
+	"time"
 
 	"github.com/gustws/gust"
 )
@@ -35,6 +36,16 @@ func main() {
 		}
 		c.ReadLoop()
 	})
+	// http.ListenAndServe would set no timeouts: a client could hold a
+	// connection for ever by sending its request head a byte at a time
+	// (slowloris), or by sending nothing after a refused request.
+	// ReadHeaderTimeout bounds the head and IdleTimeout the wait for the
+	// next request; neither applies once Upgrade has taken the connection.
+	srv := &http.Server{
+		Addr:              *addr,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       60 * time.Second,
+	}
 	log.Printf("echo server on ws://%s/", *addr)
-	log.Fatal(http.ListenAndServe(*addr, nil))
+	log.Fatal(srv.ListenAndServe())
 }

@@ -128,6 +128,7 @@ func newServer(cert tls.Certificate, logger *log.Logger) *server {
 		Protocols:         protocols,
 		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
 		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       60 * time.Second,
 		ErrorLog:          logger,
 		ConnContext: func(ctx context.Context, _ net.Conn) context.Context {
 			return context.WithValue(ctx, tcpConnKey{}, s.tcpIDs.Add(1))
