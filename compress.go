@@ -89,6 +89,7 @@ type deflateParams struct {
 	clientNoContextTakeover bool
 	serverMaxWindowBits     int // 8–15
 	clientMaxWindowBits     int // 8–15
+	serverBitsInResponse    bool
 	clientBitsInResponse    bool
 }
 
@@ -102,7 +103,7 @@ func (p deflateParams) String() string {
 	if p.clientNoContextTakeover {
 		b.WriteString("; client_no_context_takeover")
 	}
-	if p.serverMaxWindowBits < maxWindowBits {
+	if p.serverBitsInResponse {
 		b.WriteString("; server_max_window_bits=")
 		b.WriteString(strconv.Itoa(p.serverMaxWindowBits))
 	}
@@ -136,7 +137,7 @@ func negotiateDeflate(offers []handshake.Extension, o *CompressionOptions) (defl
 			continue
 		}
 		p := deflateParams{serverMaxWindowBits: maxWindowBits, clientMaxWindowBits: maxWindowBits}
-		clientBitsOffered := false
+		serverBitsOffered, clientBitsOffered := false, false
 		ok := true
 		seen := map[string]bool{}
 		for _, param := range ext.Params {
@@ -154,6 +155,7 @@ func negotiateDeflate(offers []handshake.Extension, o *CompressionOptions) (defl
 				ok = !param.HasValue
 				p.clientNoContextTakeover = true
 			case "server_max_window_bits":
+				serverBitsOffered = true
 				p.serverMaxWindowBits, ok = parseWindowBits(param.Value)
 			case "client_max_window_bits":
 				clientBitsOffered = true
@@ -173,6 +175,11 @@ func negotiateDeflate(offers []handshake.Extension, o *CompressionOptions) (defl
 		p.serverNoContextTakeover = p.serverNoContextTakeover || o.ServerNoContextTakeover
 		p.clientNoContextTakeover = p.clientNoContextTakeover || o.ClientNoContextTakeover
 		p.serverMaxWindowBits = min(p.serverMaxWindowBits, o.ServerMaxWindowBits)
+		// An offer of server_max_window_bits is accepted by answering it,
+		// with the same value or a smaller one, even 15 (RFC 7692
+		// §7.1.2.1); without an offer, the answer is needed only for a
+		// window smaller than the 15 the client assumes.
+		p.serverBitsInResponse = serverBitsOffered || p.serverMaxWindowBits < maxWindowBits
 		if clientBitsOffered {
 			p.clientMaxWindowBits = min(p.clientMaxWindowBits, o.ClientMaxWindowBits)
 			p.clientBitsInResponse = p.clientMaxWindowBits < maxWindowBits

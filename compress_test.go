@@ -30,6 +30,16 @@ func TestNegotiateDeflate(t *testing.T) {
 		{"permessage-deflate; client_max_window_bits", CompressionOptions{ClientMaxWindowBits: 10}, "permessage-deflate; client_max_window_bits=10"},
 		{"permessage-deflate; client_max_window_bits=9", CompressionOptions{}, "permessage-deflate; client_max_window_bits=9"},
 		{"permessage-deflate; server_max_window_bits=8", CompressionOptions{}, "permessage-deflate; server_max_window_bits=8"},
+		// An offered server_max_window_bits is always answered (RFC 7692
+		// §7.1.2.1), with the same value or a smaller one.
+		{"permessage-deflate; server_max_window_bits=15", CompressionOptions{}, "permessage-deflate; server_max_window_bits=15"},
+		{"permessage-deflate; server_max_window_bits=14", CompressionOptions{}, "permessage-deflate; server_max_window_bits=14"},
+		{"permessage-deflate; server_max_window_bits=15", CompressionOptions{ServerMaxWindowBits: 10}, "permessage-deflate; server_max_window_bits=10"},
+		{"permessage-deflate; server_max_window_bits=9", CompressionOptions{ServerMaxWindowBits: 12}, "permessage-deflate; server_max_window_bits=9"},
+		{"permessage-deflate; server_max_window_bits=15; client_max_window_bits", CompressionOptions{},
+			"permessage-deflate; server_max_window_bits=15"},
+		{"permessage-deflate; client_max_window_bits=15; server_max_window_bits=15", CompressionOptions{ServerNoContextTakeover: true},
+			"permessage-deflate; server_no_context_takeover; server_max_window_bits=15"},
 		{"permessage-deflate", CompressionOptions{ServerMaxWindowBits: 12}, "permessage-deflate; server_max_window_bits=12"},
 		{"permessage-deflate; server_no_context_takeover; client_no_context_takeover", CompressionOptions{},
 			"permessage-deflate; server_no_context_takeover; client_no_context_takeover"},
@@ -59,6 +69,47 @@ func TestNegotiateDeflate(t *testing.T) {
 		}
 		require.True(t, ok, tt.offer)
 		require.Equal(t, tt.want, p.String(), tt.offer)
+	}
+}
+
+// TestNegotiationAgrees runs every offer gust's client can make through
+// the server's negotiation and back through the client's check: the client
+// must accept every answer, and both sides must agree on each direction's
+// window and context.
+func TestNegotiationAgrees(t *testing.T) {
+	var clients, servers []CompressionOptions
+	for _, noCtx := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
+		for sb := minWindowBits; sb <= maxWindowBits; sb++ {
+			for cb := minWindowBits; cb <= maxWindowBits; cb++ {
+				clients = append(clients, CompressionOptions{Enabled: true, ServerNoContextTakeover: noCtx[0],
+					ClientNoContextTakeover: noCtx[1], ServerMaxWindowBits: sb, ClientMaxWindowBits: cb})
+			}
+		}
+		for _, bits := range []int{9, 12, 15} {
+			servers = append(servers, CompressionOptions{Enabled: true, ServerNoContextTakeover: noCtx[0],
+				ClientNoContextTakeover: noCtx[1], ServerMaxWindowBits: bits, ClientMaxWindowBits: 24 - bits})
+		}
+	}
+	for _, co := range clients {
+		co.withDefaults()
+		offer := deflateOffer(&co)
+		offers, err := handshake.Extensions(http.Header{"Sec-Websocket-Extensions": {offer}})
+		require.NoError(t, err)
+		for _, so := range servers {
+			so.withDefaults()
+			sp, ok := negotiateDeflate(offers, &so)
+			require.True(t, ok, offer)
+			answer := sp.String()
+			cp, err := acceptDeflate(http.Header{"Sec-Websocket-Extensions": {answer}}, &co)
+			require.NoError(t, err, "%s -> %s", offer, answer)
+			server := newDeflateState(sp, &so, true)
+			client := newDeflateState(*cp, &co, false)
+			require.Equal(t, [2]int{server.writeBits, server.readBits}, [2]int{client.readBits, client.writeBits}, "%s -> %s", offer, answer)
+			require.Equal(t, server.writeNoCtx, client.readNoCtx, "%s -> %s", offer, answer)
+			// A client may drop its context unasked; the server must not
+			// count on it unless it said so.
+			require.True(t, !server.readNoCtx || client.writeNoCtx, "%s -> %s", offer, answer)
+		}
 	}
 }
 
@@ -106,12 +157,14 @@ func (d *deflateClient) decompress(t *testing.T, p []byte) []byte {
 func TestCompressedEcho(t *testing.T) {
 	forEachFrameMode(t, func(t *testing.T, m serverMode) {
 		for _, offer := range []string{"permessage-deflate", "permessage-deflate; server_no_context_takeover; client_no_context_takeover",
-			"permessage-deflate; server_max_window_bits=9"} {
+			"permessage-deflate; server_max_window_bits=9", "permessage-deflate; server_max_window_bits=15"} {
 			t.Run(offer, func(t *testing.T) {
 				h := newEcho()
 				addr := m.start(t, h, &Options{Compression: CompressionOptions{Enabled: true}})
 				nc := dialRawResp(t, addr, "Sec-WebSocket-Extensions: "+offer)
-				require.Contains(t, nc.resp.Header.Get("Sec-WebSocket-Extensions"), "permessage-deflate")
+				// The server accepts each offer as it is: every parameter
+				// answered, server_max_window_bits=15 included.
+				require.Equal(t, offer, nc.resp.Header.Get("Sec-WebSocket-Extensions"))
 				dc := newDeflateClient()
 				sc := newDeflateClient()
 				msgs := []string{
