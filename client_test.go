@@ -545,6 +545,8 @@ func TestDialAcceptsWhatRFC7692Allows(t *testing.T) {
 		{"server bounds both windows and drops our context", CompressionOptions{Enabled: true},
 			"PerMessage-Deflate; Server_Max_Window_Bits=9; client_max_window_bits=\"8\"; client_no_context_takeover",
 			deflateParams{serverMaxWindowBits: 9, clientMaxWindowBits: 8, clientNoContextTakeover: true}},
+		{"server answers server_max_window_bits=15 unasked", CompressionOptions{Enabled: true}, "permessage-deflate; server_max_window_bits=15",
+			deflateParams{serverMaxWindowBits: 15, clientMaxWindowBits: 15}},
 		{"server drops its context unasked", CompressionOptions{Enabled: true}, "permessage-deflate; server_no_context_takeover",
 			deflateParams{serverMaxWindowBits: 15, clientMaxWindowBits: 15, serverNoContextTakeover: true}},
 		{"everything offered, everything answered",

@@ -3,6 +3,8 @@ package gust
 import (
 	"bytes"
 	"io"
+	"math"
+	"math/bits"
 	"runtime"
 	"strconv"
 	"strings"
@@ -87,6 +89,7 @@ type deflateParams struct {
 	clientNoContextTakeover bool
 	serverMaxWindowBits     int // 8–15
 	clientMaxWindowBits     int // 8–15
+	serverBitsInResponse    bool
 	clientBitsInResponse    bool
 }
 
@@ -100,7 +103,7 @@ func (p deflateParams) String() string {
 	if p.clientNoContextTakeover {
 		b.WriteString("; client_no_context_takeover")
 	}
-	if p.serverMaxWindowBits < maxWindowBits {
+	if p.serverBitsInResponse {
 		b.WriteString("; server_max_window_bits=")
 		b.WriteString(strconv.Itoa(p.serverMaxWindowBits))
 	}
@@ -134,7 +137,7 @@ func negotiateDeflate(offers []handshake.Extension, o *CompressionOptions) (defl
 			continue
 		}
 		p := deflateParams{serverMaxWindowBits: maxWindowBits, clientMaxWindowBits: maxWindowBits}
-		clientBitsOffered := false
+		serverBitsOffered, clientBitsOffered := false, false
 		ok := true
 		seen := map[string]bool{}
 		for _, param := range ext.Params {
@@ -152,6 +155,7 @@ func negotiateDeflate(offers []handshake.Extension, o *CompressionOptions) (defl
 				ok = !param.HasValue
 				p.clientNoContextTakeover = true
 			case "server_max_window_bits":
+				serverBitsOffered = true
 				p.serverMaxWindowBits, ok = parseWindowBits(param.Value)
 			case "client_max_window_bits":
 				clientBitsOffered = true
@@ -171,6 +175,11 @@ func negotiateDeflate(offers []handshake.Extension, o *CompressionOptions) (defl
 		p.serverNoContextTakeover = p.serverNoContextTakeover || o.ServerNoContextTakeover
 		p.clientNoContextTakeover = p.clientNoContextTakeover || o.ClientNoContextTakeover
 		p.serverMaxWindowBits = min(p.serverMaxWindowBits, o.ServerMaxWindowBits)
+		// An offer of server_max_window_bits is accepted by answering it,
+		// with the same value or a smaller one, even 15 (RFC 7692
+		// §7.1.2.1); without an offer, the answer is needed only for a
+		// window smaller than the 15 the client assumes.
+		p.serverBitsInResponse = serverBitsOffered || p.serverMaxWindowBits < maxWindowBits
 		if clientBitsOffered {
 			p.clientMaxWindowBits = min(p.clientMaxWindowBits, o.ClientMaxWindowBits)
 			p.clientBitsInResponse = p.clientMaxWindowBits < maxWindowBits
@@ -201,6 +210,8 @@ type deflateState struct {
 	readNoCtx bool
 	readDict  []byte       // the last window of inflated bytes, with context takeover
 	readSrc   bytes.Reader // a type flate has a fast path for
+	chunks    []*[]byte    // the message being inflated, while inflate runs
+	probe     [1]byte      // reads past full chunks
 }
 
 func newDeflateState(p deflateParams, o *CompressionOptions, server bool) *deflateState {
@@ -410,10 +421,18 @@ func slideWindow(buf, p []byte, size int) []byte {
 var deflateTail = []byte{0x00, 0x00, 0xff, 0xff, 0x01, 0x00, 0x00, 0xff, 0xff}
 
 // inflate decompresses one message, src, which ends with deflateTail, into
-// a pooled buffer. It stops as soon
-// as the output passes limit (a negative limit means none), so that a small
-// frame that would inflate to gigabytes costs at most limit bytes; it
-// checks text as it goes unless validate is nil.
+// a pooled buffer, checking text as it goes unless validate is nil.
+//
+// It fails as soon as the output passes limit (a negative limit means
+// none), and the buffers it holds until then add up to limit bytes at most
+// (rounded up to 512): a small frame that would inflate to gigabytes costs
+// limit bytes of output, allocated once and never copied. The output goes
+// into a list of pooled chunks: the first sized for the expected message,
+// each next one as large as all the earlier ones together, all of them
+// within the limit; once they are full, one more byte read into a probe
+// tells whether the message goes on. A message that fits the first chunk
+// is returned in it, as is; a longer one is copied once into a buffer of
+// its own size, and the chunks go back to the pool.
 func (d *deflateState) inflate(src []byte, limit int64, validate *utf8.Validator) (*[]byte, int, error) {
 	d.readSrc.Reset(src)
 	fr, _ := readerPool.Get().(io.ReadCloser)
@@ -430,36 +449,88 @@ func (d *deflateState) inflate(src []byte, limit int64, validate *utf8.Validator
 	}
 	defer readerPool.Put(fr)
 
-	out := bufpool.Get(min(max(4*len(src), 512), 1<<20))
-	n := 0
+	room := math.MaxInt // the bytes the chunks may hold in all
+	if limit >= 0 && limit < math.MaxInt {
+		room = int(limit)
+	}
+	chunk := bufpool.Get(chunkSize(min(max(4*len(src), 512), 1<<20), room))
+	d.chunks = append(d.chunks[:0], chunk)
+	total, used := 0, 0 // bytes in the full chunks before chunk; bytes in chunk
 	for {
-		if n == len(*out) {
-			out = bufpool.Grow(out, 2*n)
+		var p []byte
+		var err error
+		if used < len(*chunk) {
+			var k int
+			k, err = fr.Read((*chunk)[used:])
+			p = (*chunk)[used : used+k]
+			used += k
+		} else {
+			var k int
+			k, err = fr.Read(d.probe[:])
+			if k > 0 {
+				total += used
+				if total+k > room {
+					d.dropChunks()
+					return nil, 0, protocolError(StatusMessageTooBig, "message over the size limit once inflated")
+				}
+				chunk = bufpool.Get(chunkSize(min(total, bufpool.MaxSize), room-total))
+				d.chunks = append(d.chunks, chunk)
+				used = copy(*chunk, d.probe[:k])
+				p = (*chunk)[:used]
+			}
 		}
-		want := len(*out)
-		if limit >= 0 && int64(want) > limit+1 {
-			want = int(limit + 1)
-		}
-		k, err := fr.Read((*out)[n:want])
-		if validate != nil && k > 0 && !validate.Feed((*out)[n:n+k]) {
-			bufpool.Put(out)
+		if validate != nil && len(p) > 0 && !validate.Feed(p) {
+			d.dropChunks()
 			return nil, 0, protocolError(StatusInvalidFramePayloadData, "text not valid UTF-8")
-		}
-		n += k
-		if limit >= 0 && int64(n) > limit {
-			bufpool.Put(out)
-			return nil, 0, protocolError(StatusMessageTooBig, "message over the size limit once inflated")
 		}
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			bufpool.Put(out)
+			d.dropChunks()
 			return nil, 0, protocolError(StatusInvalidFramePayloadData, "invalid deflate data")
 		}
 	}
+	n := total + used
+	out := d.chunks[0]
+	if len(d.chunks) > 1 {
+		out = bufpool.Get(n)
+		k := 0
+		for _, c := range d.chunks {
+			k += copy((*out)[k:n], *c)
+		}
+		d.dropChunks()
+	} else {
+		d.chunks[0] = nil
+	}
+	d.chunks = d.chunks[:0]
 	d.rememberWindow((*out)[:n])
 	return out, n, nil
+}
+
+// chunkSize is the length of the next inflate chunk: want rounded up to a
+// pool class (at most the largest), or when that passes room, the largest
+// class within room, or room itself below the smallest class. So a chunk's
+// capacity is its length (but for that last small one), and the chunks of a
+// message never take more than room rounded up to 512 bytes.
+func chunkSize(want, room int) int {
+	size := min(max(bufpool.MinSize, 1<<bits.Len(uint(max(want, 1)-1))), bufpool.MaxSize)
+	switch {
+	case size <= room:
+		return size
+	case room < bufpool.MinSize:
+		return room
+	}
+	return 1 << (bits.Len(uint(room)) - 1)
+}
+
+// dropChunks gives the chunks of an inflated message back to the pool.
+func (d *deflateState) dropChunks() {
+	for i, c := range d.chunks {
+		bufpool.Put(c)
+		d.chunks[i] = nil
+	}
+	d.chunks = d.chunks[:0]
 }
 
 // rememberWindow keeps the last 2^readBits inflated bytes, which the peer's

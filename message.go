@@ -1,7 +1,7 @@
 package gust
 
 import (
-	"sync"
+	"sync/atomic"
 
 	"github.com/gustws/gust/internal/bufpool"
 )
@@ -40,32 +40,40 @@ func (op Opcode) String() string {
 }
 
 // Message is one complete data message. Its Data sits in a pooled buffer
-// that belongs to the receiver until it calls Close; Close gives the buffer
-// back and must be called at most once, after which neither the Message nor
-// its Data may be used.
+// that belongs to the receiver until it calls Close, which gives the buffer
+// back to the pool and sets Data to nil: after Close, keep no slice of the
+// old Data, whose bytes may then belong to another message.
+//
+// Close may be called more than once, from any goroutine: only the first
+// call gives the buffer back, later ones do nothing. gust never reuses a
+// Message for another message, so a late Close can only ever reach the
+// buffer of the message it was called on. Pass Messages by pointer, as
+// OnMessage does; a copy would share the buffer (go vet reports copies).
 type Message struct {
 	Opcode Opcode // OpText or OpBinary
 	Data   []byte
 
-	buf *[]byte
+	// buf is the pooled buffer under Data, nil once given back. The struct
+	// itself is not pooled: a pooled one would come back as another
+	// message while its last owner still held a pointer to it, and that
+	// owner's second Close would then give the other message's buffer away.
+	buf atomic.Pointer[[]byte]
 }
 
-var messagePool = sync.Pool{New: func() any { return new(Message) }}
-
 func newMessage(op Opcode, buf *[]byte, n int) *Message {
-	m := messagePool.Get().(*Message)
-	m.Opcode = op
-	m.buf = buf
-	m.Data = (*buf)[:n]
+	m := &Message{Opcode: op, Data: (*buf)[:n]}
+	m.buf.Store(buf)
 	return m
 }
 
-// Close gives the message's buffer back to the pool.
+// Close gives the message's buffer back to the pool and sets Data to nil.
+// Calls after the first do nothing.
 func (m *Message) Close() {
 	if m == nil {
 		return
 	}
-	bufpool.Put(m.buf)
-	m.buf, m.Data = nil, nil
-	messagePool.Put(m)
+	if buf := m.buf.Swap(nil); buf != nil {
+		m.Data = nil
+		bufpool.Put(buf)
+	}
 }
