@@ -49,7 +49,9 @@ func (d *dialer) handshakeH2(ctx context.Context, tc *tls.Conn, u *url.URL, h Ev
 		tc.Close()
 		return nil, nil, dialFailed(ctx, u, err)
 	}
-	tr := &http.Transport{ForceAttemptHTTP2: true, TLSClientConfig: &tls.Config{}}
+	// DisableCompression: the transport must not ask for gzip, and so never
+	// try to gunzip the stream, whatever the server answers.
+	tr := &http.Transport{ForceAttemptHTTP2: true, TLSClientConfig: &tls.Config{}, DisableCompression: true}
 	tr.CloseIdleConnections() // sets up TLSNextProto
 	next := tr.TLSNextProto["h2"]
 	if next == nil {

@@ -41,7 +41,8 @@ func (u *Upgrader) upgradeH2(w http.ResponseWriter, r *http.Request, hs handshak
 // h2Stream is a net.Conn over one HTTP/2 stream of a handler. Writes come
 // one at a time, under the Conn's write lock; Close may come from any
 // goroutine while a write waits for flow control, and must not wait for
-// it: it sets a write deadline in the past, which ends the write.
+// it: it then sets a write deadline in the past, which ends the write (and
+// resets the stream, which is what cutting a connection means).
 type h2Stream struct {
 	body   io.ReadCloser
 	w      io.Writer
@@ -49,7 +50,8 @@ type h2Stream struct {
 	local  net.Addr
 	remote net.Addr
 
-	closed atomic.Bool
+	closed  atomic.Bool
+	writing atomic.Bool
 }
 
 func (s *h2Stream) Read(p []byte) (int, error) {
@@ -66,6 +68,8 @@ func (s *h2Stream) Write(p []byte) (int, error) {
 	if s.closed.Load() {
 		return 0, net.ErrClosed
 	}
+	s.writing.Store(true)
+	defer s.writing.Store(false)
 	n, err := s.w.Write(p)
 	if err == nil {
 		err = s.rc.Flush()
@@ -79,7 +83,9 @@ func (s *h2Stream) Close() error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return net.ErrClosed
 	}
-	s.rc.SetWriteDeadline(time.Unix(1, 0)) // ends a write waiting for the peer's window
+	if s.writing.Load() {
+		s.rc.SetWriteDeadline(time.Unix(1, 0)) // ends the write waiting for the peer's window
+	}
 	return s.body.Close()
 }
 
