@@ -32,6 +32,7 @@ type Conn struct {
 
 	rd   readState   // owned by the read goroutine
 	idle *idleReader // waits for bytes without a buffer; nil where unsupported
+	rw   *rawWriter  // writes with a deadline armed only to wait; nil where unsupported
 	wr   writeState
 
 	started atomic.Bool
@@ -53,6 +54,7 @@ func newConn(nc net.Conn, cfg *config, h Event, server bool, buffered []byte, su
 		c.rd.w = copy(*c.rd.buf, buffered)
 	}
 	c.initIdleReader()
+	c.initRawWriter()
 	if cfg.ParallelEnabled {
 		c.parallel = make(chan struct{}, cfg.ParallelLimit)
 	}

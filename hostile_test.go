@@ -347,3 +347,36 @@ func isReset(err error) bool {
 	var ne *net.OpError
 	return errors.As(err, &ne) && !ne.Timeout()
 }
+
+// plainListener hands out connections without SyscallConn, as TLS and
+// wrapping listeners do: their writes take the deadline path of netWrite.
+type plainListener struct{ net.Listener }
+
+func (l plainListener) Accept() (net.Conn, error) {
+	nc, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return plainConn{nc}, nil
+}
+
+func TestWriteTimeoutOnAConnWithoutSyscallConn(t *testing.T) {
+	h := newOpenHandler()
+	s := NewServer(h, &Options{WriteTimeout: 300 * time.Millisecond})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(plainListener{ln}) }()
+	t.Cleanup(func() {
+		require.NoError(t, s.Close())
+		require.ErrorIs(t, <-served, ErrServerClosed)
+	})
+	dialRaw(t, ln.Addr().String(), nil) // never reads
+	c := h.waitOpen(t)
+	require.Nil(t, c.rw, "the connection must not write through a RawConn")
+	big := make([]byte, 1<<20)
+	failed := blockWrites(t, func() error { return c.WriteMessage(OpBinary, big) })
+	require.ErrorIs(t, <-failed, os.ErrDeadlineExceeded)
+	err = waitErr(t, h.closed)
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "OnClose: %v", err)
+}

@@ -1,6 +1,7 @@
 package gust
 
 import (
+	"sync"
 	"sync/atomic"
 
 	"github.com/gustws/gust/internal/bufpool"
@@ -54,14 +55,35 @@ type Message struct {
 	Data   []byte
 
 	// buf is the pooled buffer under Data, nil once given back. The struct
-	// itself is not pooled: a pooled one would come back as another
+	// itself is never reused: a pooled one would come back as another
 	// message while its last owner still held a pointer to it, and that
 	// owner's second Close would then give the other message's buffer away.
 	buf atomic.Pointer[[]byte]
 }
 
+// messageSlab hands out Messages 32 at a time, each one once, so that
+// receiving does not allocate per message although no Message is ever
+// reused. The garbage collector frees a slab once none of its Messages is
+// referenced: a Message kept for long keeps its 31 neighbours' structs
+// (about 2 KiB), not their buffers, which Close gave back.
+type messageSlab struct {
+	ms   [32]Message
+	next int
+}
+
+var messageSlabs sync.Pool
+
 func newMessage(op Opcode, buf *[]byte, n int) *Message {
-	m := &Message{Opcode: op, Data: (*buf)[:n]}
+	s, _ := messageSlabs.Get().(*messageSlab)
+	if s == nil {
+		s = new(messageSlab)
+	}
+	m := &s.ms[s.next]
+	s.next++
+	if s.next < len(s.ms) {
+		messageSlabs.Put(s)
+	}
+	m.Opcode, m.Data = op, (*buf)[:n]
 	m.buf.Store(buf)
 	return m
 }

@@ -9,3 +9,11 @@ type idleReader struct{}
 func (c *Conn) initIdleReader() {}
 
 func (c *Conn) fillIdle() (bool, error) { return false, nil }
+
+// rawWriter is not used where syscall.RawConn writes are not available:
+// writes go through the net.Conn, under a deadline moved as they go.
+type rawWriter struct{}
+
+func (c *Conn) initRawWriter() {}
+
+func (w *rawWriter) writeAll(p []byte) (int, error) { panic("unreachable") }

@@ -383,17 +383,23 @@ func (c *Conn) releaseWriteBuffer() {
 }
 
 // netWrite writes p to the socket, the only place gust does once the
-// handshake is over; the caller holds the write lock. It keeps the socket's
-// write deadline at most Options.WriteTimeout ahead (or at the caller's
-// SetWriteDeadline, if sooner), moving it forward when a quarter of the
-// timeout has passed since the last move: a write that makes no progress
-// fails after 0.75 to 1 times the timeout, and a busy connection pays for
-// one deadline change every few seconds, not one per write.
+// handshake is over; the caller holds the write lock. Writes to a
+// syscall.Conn arm the write timeout only when they must wait (rawWriter).
+// Other connections (TLS, HTTP/2 streams) keep the socket's write deadline
+// at most Options.WriteTimeout ahead (or at SetWriteDeadline's, if
+// sooner), moving it when a quarter of the timeout has passed since the
+// last move: a write that makes no progress fails after 0.75 to 1 times
+// the timeout, and a busy connection pays for one deadline change every
+// few seconds, not one per write.
 func (c *Conn) netWrite(p []byte) (int, error) {
+	if c.rw != nil {
+		return c.rw.writeAll(p)
+	}
 	w := &c.wr
 	if d := c.cfg.WriteTimeout; d > 0 {
-		now := time.Now()
-		if w.userChanged.Swap(false) || now.After(w.refreshAt) {
+		if w.userChanged.Load() || time.Since(w.refreshAt) >= 0 {
+			w.userChanged.Store(false)
+			now := time.Now()
 			dl := now.Add(d)
 			if u := w.userDeadline.Load(); u != 0 && u < dl.UnixNano() {
 				dl = time.Unix(0, u)

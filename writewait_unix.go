@@ -1,0 +1,104 @@
+//go:build unix
+
+package gust
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"time"
+)
+
+// A socket's write deadline costs a clock read and a timer change when it
+// is set. Writes to a connection that is a syscall.Conn go through its
+// syscall.RawConn instead, so that the write timeout costs nothing while
+// the socket takes the bytes: the deadline is armed only when a write would
+// block, moved at each later wait (the timeout bounds a write that makes no
+// progress), and cleared once the write completes.
+
+// rawWriter is the part of a Conn that writes through a syscall.RawConn.
+// Its fields are used under the Conn's write lock.
+type rawWriter struct {
+	c     *Conn
+	raw   syscall.RawConn
+	fn    func(fd uintptr) bool // write bound once, so that a write allocates nothing
+	p     []byte                // what is left to write
+	err   error
+	armed bool // write set the socket's deadline
+}
+
+func (c *Conn) initRawWriter() {
+	if c.idle == nil {
+		return
+	}
+	c.rw = &rawWriter{c: c, raw: c.idle.raw}
+	c.rw.fn = c.rw.write
+}
+
+// write is called by the netpoller: it writes until p is gone, or arms the
+// deadline and asks to wait when the socket is full.
+func (w *rawWriter) write(fd uintptr) bool {
+	for len(w.p) > 0 {
+		n, err := syscall.Write(int(fd), w.p)
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err == syscall.EAGAIN:
+			w.arm()
+			return false
+		case err != nil:
+			w.err = os.NewSyscallError("write", err)
+			return true
+		case n == 0:
+			w.err = io.ErrUnexpectedEOF
+			return true
+		}
+		w.p = w.p[n:]
+	}
+	return true
+}
+
+// arm sets the socket's write deadline before a wait: WriteTimeout from
+// now, or SetWriteDeadline's deadline when it comes sooner.
+func (w *rawWriter) arm() {
+	d := w.c.cfg.WriteTimeout
+	if d <= 0 {
+		return // a deadline set with SetWriteDeadline is on the socket already
+	}
+	dl := time.Now().Add(d)
+	if u := w.c.wr.userDeadline.Load(); u != 0 && u < dl.UnixNano() {
+		dl = time.Unix(0, u)
+	}
+	w.c.conn.SetWriteDeadline(dl)
+	w.armed = true
+}
+
+// writeAll writes p whole, or fails.
+func (w *rawWriter) writeAll(p []byte) (int, error) {
+	w.p, w.err = p, nil
+	err := w.raw.Write(w.fn)
+	if w.armed {
+		w.armed = false
+		var dl time.Time
+		if u := w.c.wr.userDeadline.Load(); u != 0 {
+			dl = time.Unix(0, u)
+		}
+		w.c.conn.SetWriteDeadline(dl)
+	}
+	n := len(p) - len(w.p)
+	w.p = nil
+	if err == nil {
+		err = w.err
+	}
+	if err != nil {
+		var oe *net.OpError
+		if errors.As(err, &oe) {
+			err = oe.Err // "raw-write": say write, as the net.Conn would
+		}
+		la := w.c.conn.LocalAddr()
+		return n, &net.OpError{Op: "write", Net: la.Network(), Source: la, Addr: w.c.conn.RemoteAddr(), Err: err}
+	}
+	return n, nil
+}
