@@ -85,7 +85,7 @@ func benchmarkRead(b *testing.B, op Opcode, size int) {
 	b.ReportAllocs()
 	b.SetBytes(int64(size))
 	sc := newStreamConn(f, b.N)
-	c := newConn(sc, newConfig(nil), discardHandler{}, true, nil, "")
+	c := newConn(sc, newConfig(Options{}, true), discardHandler{}, true, nil, "")
 	b.ResetTimer()
 	c.ReadLoop()
 }
@@ -98,7 +98,7 @@ func BenchmarkWriteMessage1KiBClient(b *testing.B) { benchmarkWrite(b, false) }
 
 func benchmarkWrite(b *testing.B, server bool) {
 	sc := newStreamConn(nil, 0)
-	c := newConn(sc, newConfig(nil), discardHandler{}, server, nil, "")
+	c := newConn(sc, newConfig(Options{}, true), discardHandler{}, server, nil, "")
 	p := repeat("a", 1024)
 	b.ReportAllocs()
 	b.SetBytes(int64(len(p)))
@@ -124,7 +124,7 @@ func BenchmarkEchoCorked(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(300)
 	sc := newStreamConn(f, b.N)
-	c := newConn(sc, newConfig(nil), echoBench{}, true, nil, "")
+	c := newConn(sc, newConfig(Options{}, true), echoBench{}, true, nil, "")
 	b.ResetTimer()
 	c.ReadLoop()
 	b.StopTimer()

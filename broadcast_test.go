@@ -14,7 +14,7 @@ func TestPreparedMessageToMixedReceivers(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, OpText, pm.Opcode())
 	require.Equal(t, text, string(pm.Payload()))
-	_, err = NewPreparedMessage(OpPing, nil)
+	_, err = NewPreparedMessage(opPing, nil)
 	require.Error(t, err)
 
 	after := strings.Repeat("follow-up that refers back: ", 10) + text[:300]
@@ -69,7 +69,7 @@ func TestPreparedMessageToMixedReceivers(t *testing.T) {
 
 func BenchmarkWritePrepared1KiB(b *testing.B) {
 	sc := newStreamConn(nil, 0)
-	c := newConn(sc, newConfig(nil), discardHandler{}, true, nil, "")
+	c := newConn(sc, newConfig(Options{}, true), discardHandler{}, true, nil, "")
 	pm, _ := NewPreparedMessage(OpBinary, repeat("a", 1024))
 	b.ReportAllocs()
 	for b.Loop() {

@@ -21,18 +21,16 @@ import (
 	"github.com/gustws/gust/internal/handshake"
 )
 
-// DialOptions configures [Dial] and [NewClientFromConn]. The zero value is
-// valid, and a nil *DialOptions means the zero value.
-//
-// The embedded Options are the ones a server uses, read from the client's
-// side: Subprotocols is the list offered, in order of preference;
-// Compression is the permessage-deflate offer (its Server* fields are what
-// the client asks of the server, its Client* fields what the client does
-// itself); TLSConfig is used for wss:// URLs; HandshakeTimeout bounds the
-// whole of Dial (connect, proxy, TLS and the handshake) on top of the
-// context; MaxHeaderBytes bounds the response head.
+// DialOptions configures [Dial]. The zero value is valid, and a nil
+// *DialOptions means the zero value.
 type DialOptions struct {
-	Options
+	// Options configures the connection.
+	Options Options
+
+	// Subprotocols lists the subprotocols offered, in order of preference
+	// (Sec-WebSocket-Protocol); the server selects one (Conn.Subprotocol)
+	// or none. Default none.
+	Subprotocols []string
 
 	// Header is added to the handshake request: Origin, Cookie,
 	// Authorization, User-Agent and so on; a Host entry replaces the URL's
@@ -41,8 +39,24 @@ type DialOptions struct {
 	// be set here. Default none.
 	Header http.Header
 
+	// HandshakeTimeout bounds the whole of Dial: connect, proxy, TLS and
+	// the WebSocket handshake, on top of Dial's context. Default 10s.
+	HandshakeTimeout time.Duration
+
+	// MaxHeaderBytes bounds the size of the handshake response head.
+	// Default 16 KiB.
+	MaxHeaderBytes int
+
+	// TLSConfig is used for wss:// URLs (a copy: ServerName defaults to
+	// the URL's host, and NextProtos is set by Dial). Default nil: the
+	// system roots.
+	TLSConfig *tls.Config
+
 	// NetDialContext opens the network connection, to the server or to the
-	// proxy. Default: a net.Dialer's DialContext.
+	// proxy. It may return a connection it already holds (a unix socket, an
+	// in-memory pipe, a custom transport): Dial then runs the handshake
+	// over it, with TLS first for a wss:// URL. Default: a net.Dialer's
+	// DialContext.
 	NetDialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 
 	// Proxy returns the proxy to go through for a request, or nil for none;
@@ -66,46 +80,12 @@ type DialOptions struct {
 	HTTP2 bool
 }
 
-// DialError reports a handshake the server refused: it answered with
-// Status rather than 101 Switching Protocols. Header is the response's
-// header and Body its first bytes (up to 1 KiB). A redirect (3xx) is
-// reported this way too: gust does not follow it; the target is in
-// Header.Get("Location").
-type DialError struct {
-	Status int
-	Header http.Header
-	Body   []byte
-}
-
-func (e *DialError) Error() string {
-	status := strconv.Itoa(e.Status) + " " + http.StatusText(e.Status)
-	if e.Status >= 300 && e.Status < 400 {
-		if loc := e.Header.Get("Location"); loc != "" {
-			return fmt.Sprintf("gust: handshake answered with %s; redirect to %q not followed", status, loc)
-		}
-	}
-	body := e.Body
-	if len(body) > 128 {
-		body = body[:128]
-	}
-	if body = bytes.TrimSpace(body); len(body) > 0 {
-		return fmt.Sprintf("gust: handshake refused with %s: %q", status, body)
-	}
-	return "gust: handshake refused with " + status
-}
-
-// ErrBadHandshake is wrapped by the error Dial returns when the server
-// answered 101 but broke RFC 6455 §4.1 or RFC 7692 doing so: a wrong
-// Sec-WebSocket-Accept, a missing Upgrade or Connection token, a
-// subprotocol or an extension the client did not offer, invalid
-// permessage-deflate parameters.
-var ErrBadHandshake = errors.New("gust: bad handshake response")
-
+// badHandshake is an answer of 101 that breaks the protocol.
 func badHandshake(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{ErrBadHandshake}, args...)...)
+	return fmt.Errorf(format, args...)
 }
 
-// maxRefusalBody is how much of a refusal's body a DialError keeps.
+// maxRefusalBody is how much of a refusal's body a HandshakeError keeps.
 const maxRefusalBody = 1 << 10
 
 // Dial opens a WebSocket connection to rawURL (ws:// or wss://) and
@@ -117,12 +97,34 @@ const maxRefusalBody = 1 << 10
 // handshake, together with opts.HandshakeTimeout (default 10s); once Dial
 // has returned, ctx no longer matters. Redirects are not followed.
 //
-// When the server refuses the handshake, Dial returns a *DialError and the
-// response, whose Body holds the first bytes of the server's (the
-// connection is closed). When the server accepts it but breaks the
-// protocol doing so, the error wraps ErrBadHandshake and the response is
-// returned too. The response is nil when no response was read.
+// Every error is a *HandshakeError. When the server answered, the response is
+// returned too, its Body holding the first bytes of the server's (the
+// connection is closed); it is nil when no response was read.
 func Dial(ctx context.Context, rawURL string, h Event, opts *DialOptions) (*Conn, *http.Response, error) {
+	c, resp, err := dial(ctx, rawURL, h, opts)
+	if err != nil {
+		return nil, resp, dialError(rawURL, resp, err)
+	}
+	return c, resp, nil
+}
+
+// dialError makes err a *HandshakeError, unless it is one.
+func dialError(rawURL string, resp *http.Response, err error) error {
+	var de *HandshakeError
+	if errors.As(err, &de) {
+		return de
+	}
+	de = &HandshakeError{URL: rawURL, Err: err}
+	if u, perr := url.Parse(rawURL); perr == nil {
+		de.URL = u.Redacted()
+	}
+	if resp != nil {
+		de.Status, de.Header = resp.StatusCode, resp.Header
+	}
+	return de
+}
+
+func dial(ctx context.Context, rawURL string, h Event, opts *DialOptions) (*Conn, *http.Response, error) {
 	d, err := newDialer(opts)
 	if err != nil {
 		return nil, nil, err
@@ -136,47 +138,25 @@ func Dial(ctx context.Context, rawURL string, h Event, opts *DialOptions) (*Conn
 
 	raw, target, proxyURL, err := d.connect(ctx, u)
 	if err != nil {
-		return nil, nil, dialFailed(ctx, u, err)
+		return nil, nil, dialFailed(ctx, err)
 	}
 	release := guard(ctx, raw)
 	nc, err := d.transport(ctx, raw, u, target, proxyURL)
 	if err != nil {
 		raw.Close()
 		release()
-		return nil, nil, dialFailed(ctx, u, err)
+		return nil, nil, dialFailed(ctx, err)
 	}
 	if tc, ok := nc.(*tls.Conn); ok && tc.ConnectionState().NegotiatedProtocol == "h2" {
 		c, resp, err := d.handshakeH2(ctx, tc, u, h, release)
 		if errors.Is(err, errTryHTTP1) { // the server speaks h2, but not RFC 8441 as net/http needs
 			opts2 := *opts
 			opts2.HTTP2 = false
-			return Dial(ctx, rawURL, h, &opts2)
+			return dial(ctx, rawURL, h, &opts2)
 		}
 		return c, resp, err
 	}
 	return d.handshake(ctx, nc, raw, u, h, release)
-}
-
-// NewClientFromConn performs the client handshake for rawURL over conn, an
-// open connection of any kind (a unix socket, an in-memory pipe, a custom
-// transport), and returns the Conn as Dial does. conn is used as it is:
-// Proxy, NetDialContext and TLSConfig are ignored, and for a wss:// URL the
-// caller wraps conn with TLS first. The URL gives the Host header and the
-// request target. conn is closed when the handshake fails.
-func NewClientFromConn(ctx context.Context, conn net.Conn, rawURL string, h Event, opts *DialOptions) (*Conn, *http.Response, error) {
-	d, err := newDialer(opts)
-	if err != nil {
-		conn.Close()
-		return nil, nil, err
-	}
-	u, err := parseWebSocketURL(rawURL)
-	if err != nil {
-		conn.Close()
-		return nil, nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, d.cfg.HandshakeTimeout)
-	defer cancel()
-	return d.handshake(ctx, conn, conn, u, h, guard(ctx, conn))
 }
 
 // dialer is DialOptions checked, with the defaults filled in.
@@ -201,7 +181,9 @@ func newDialer(opts *DialOptions) (*dialer, error) {
 	if opts == nil {
 		opts = &DialOptions{}
 	}
-	d := &dialer{cfg: newConfig(&opts.Options), netDial: opts.NetDialContext, proxy: opts.Proxy, http2: opts.HTTP2}
+	d := &dialer{cfg: newConfig(opts.Options, false), netDial: opts.NetDialContext, proxy: opts.Proxy, http2: opts.HTTP2}
+	d.cfg.withHandshake(opts.HandshakeTimeout, opts.MaxHeaderBytes)
+	d.cfg.Subprotocols, d.cfg.TLSConfig = opts.Subprotocols, opts.TLSConfig
 	if d.netDial == nil {
 		d.netDial = (&net.Dialer{}).DialContext
 	}
@@ -213,7 +195,7 @@ func newDialer(opts *DialOptions) (*dialer, error) {
 		key := http.CanonicalHeaderKey(name)
 		for _, r := range reservedHeaders {
 			if key == r {
-				return nil, fmt.Errorf("gust: request header %s is set by the handshake itself; use Options.Subprotocols and Options.Compression", key)
+				return nil, fmt.Errorf("gust: request header %s is set by the handshake itself; use DialOptions.Subprotocols and Options.Compression", key)
 			}
 		}
 		if key == "Host" {
@@ -231,8 +213,8 @@ func newDialer(opts *DialOptions) (*dialer, error) {
 		}
 	}
 	d.protocol = strings.Join(d.cfg.Subprotocols, ", ")
-	if d.cfg.Compression.Enabled {
-		d.offer = deflateOffer(&d.cfg.Compression)
+	if d.cfg.deflate.enabled {
+		d.offer = deflateOffer(&d.cfg.deflate)
 	}
 	return d, nil
 }
@@ -348,16 +330,16 @@ func guard(ctx context.Context, nc net.Conn) func() error {
 	}
 }
 
-// dialFailed adds the URL and, when ctx ended the dial, ctx's error.
-func dialFailed(ctx context.Context, u *url.URL, err error) error {
+// dialFailed adds ctx's error when ctx ended the dial.
+func dialFailed(ctx context.Context, err error) error {
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-		return fmt.Errorf("gust: dial %s: %w: %w", u.Redacted(), cerr, err)
+		return fmt.Errorf("%w: %w", cerr, err)
 	}
 	if errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(err, context.DeadlineExceeded) {
 		// The only deadline on the connection is ctx's, and it just passed.
-		return fmt.Errorf("gust: dial %s: %w: %w", u.Redacted(), context.DeadlineExceeded, err)
+		return fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
 	}
-	return fmt.Errorf("gust: dial %s: %w", u.Redacted(), err)
+	return err
 }
 
 // handshake sends the request over nc and reads the response. raw is the
@@ -368,11 +350,7 @@ func (d *dialer) handshake(ctx context.Context, nc, raw net.Conn, u *url.URL, h 
 		nc.Close()
 		raw.Close()
 		release()
-		var de *DialError
-		if errors.As(err, &de) || errors.Is(err, ErrBadHandshake) {
-			return nil, resp, err
-		}
-		return nil, resp, dialFailed(ctx, u, err)
+		return nil, resp, dialFailed(ctx, err)
 	}
 	key := newChallengeKey()
 	req := d.request(u, key)
@@ -397,7 +375,7 @@ func (d *dialer) handshake(ctx context.Context, nc, raw net.Conn, u *url.URL, h 
 		lr.N = maxRefusalBody
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxRefusalBody))
 		resp.Body = io.NopCloser(bytes.NewReader(body))
-		return fail(resp, &DialError{Status: resp.StatusCode, Header: resp.Header, Body: body})
+		return fail(resp, &HandshakeError{URL: u.Redacted(), Status: resp.StatusCode, Header: resp.Header, Body: body})
 	}
 	subprotocol, params, err := d.checkResponse(resp, key)
 	if err != nil {
@@ -415,7 +393,7 @@ func (d *dialer) handshake(ctx context.Context, nc, raw net.Conn, u *url.URL, h 
 	}
 	c := newConn(nc, d.cfg, h, false, buffered, subprotocol)
 	if params != nil {
-		c.deflate = newDeflateState(*params, &d.cfg.Compression, false)
+		c.deflate = newDeflateState(*params, &d.cfg.deflate, false)
 	}
 	return c, resp, nil
 }
@@ -511,7 +489,7 @@ func (d *dialer) checkNegotiated(h http.Header) (string, *deflateParams, error) 
 			return "", nil, badHandshake("the server selected subprotocol %q, which was not offered", subprotocol)
 		}
 	}
-	params, err := acceptDeflate(h, &d.cfg.Compression)
+	params, err := acceptDeflate(h, &d.cfg.deflate)
 	if err != nil {
 		return "", nil, err
 	}
@@ -521,22 +499,22 @@ func (d *dialer) checkNegotiated(h http.Header) (string, *deflateParams, error) 
 // deflateOffer is the client's permessage-deflate offer. It always
 // includes client_max_window_bits, so that the server may bound the window
 // the client compresses with and keep a smaller one for reading.
-func deflateOffer(o *CompressionOptions) string {
+func deflateOffer(o *deflateConfig) string {
 	b := []byte("permessage-deflate")
-	if o.ServerNoContextTakeover {
+	if o.serverNoContextTakeover {
 		b = append(b, "; server_no_context_takeover"...)
 	}
-	if o.ClientNoContextTakeover {
+	if o.clientNoContextTakeover {
 		b = append(b, "; client_no_context_takeover"...)
 	}
-	if o.ServerMaxWindowBits < maxWindowBits {
+	if o.serverMaxWindowBits < maxWindowBits {
 		b = append(b, "; server_max_window_bits="...)
-		b = strconv.AppendInt(b, int64(o.ServerMaxWindowBits), 10)
+		b = strconv.AppendInt(b, int64(o.serverMaxWindowBits), 10)
 	}
 	b = append(b, "; client_max_window_bits"...)
-	if o.ClientMaxWindowBits < maxWindowBits {
+	if o.clientMaxWindowBits < maxWindowBits {
 		b = append(b, '=')
-		b = strconv.AppendInt(b, int64(o.ClientMaxWindowBits), 10)
+		b = strconv.AppendInt(b, int64(o.clientMaxWindowBits), 10)
 	}
 	return string(b)
 }
@@ -547,7 +525,7 @@ func deflateOffer(o *CompressionOptions) string {
 // handshake: an extension not offered, an unknown or repeated parameter, a
 // window larger than the one asked for, a parameter the server had to
 // echo and did not.
-func acceptDeflate(h http.Header, o *CompressionOptions) (*deflateParams, error) {
+func acceptDeflate(h http.Header, o *deflateConfig) (*deflateParams, error) {
 	exts, err := handshake.Extensions(h)
 	if err != nil {
 		return nil, badHandshake("malformed Sec-WebSocket-Extensions %q", h.Values("Sec-WebSocket-Extensions"))
@@ -556,13 +534,13 @@ func acceptDeflate(h http.Header, o *CompressionOptions) (*deflateParams, error)
 		return nil, nil
 	}
 	ext := exts[0]
-	if !o.Enabled || !strings.EqualFold(ext.Name, "permessage-deflate") {
+	if !o.enabled || !strings.EqualFold(ext.Name, "permessage-deflate") {
 		return nil, badHandshake("the server selected extension %q, which was not offered", ext.Name)
 	}
 	if len(exts) > 1 {
 		return nil, badHandshake("the server selected more extensions than offered: %q", h.Values("Sec-WebSocket-Extensions"))
 	}
-	p := &deflateParams{serverMaxWindowBits: maxWindowBits, clientMaxWindowBits: o.ClientMaxWindowBits}
+	p := &deflateParams{serverMaxWindowBits: maxWindowBits, clientMaxWindowBits: o.clientMaxWindowBits}
 	seen := make(map[string]bool, len(ext.Params))
 	serverBits := false
 	for _, param := range ext.Params {
@@ -587,13 +565,13 @@ func acceptDeflate(h http.Header, o *CompressionOptions) (*deflateParams, error)
 				return nil, badHandshake("permessage-deflate parameter %s=%q is not a window size from 8 to 15", name, param.Value)
 			}
 			if name == "server_max_window_bits" {
-				if bits > o.ServerMaxWindowBits {
-					return nil, badHandshake("server_max_window_bits=%d is over the %d offered", bits, o.ServerMaxWindowBits)
+				if bits > o.serverMaxWindowBits {
+					return nil, badHandshake("server_max_window_bits=%d is over the %d offered", bits, o.serverMaxWindowBits)
 				}
 				p.serverMaxWindowBits, serverBits = bits, true
 			} else {
-				if bits > o.ClientMaxWindowBits {
-					return nil, badHandshake("client_max_window_bits=%d is over the %d offered", bits, o.ClientMaxWindowBits)
+				if bits > o.clientMaxWindowBits {
+					return nil, badHandshake("client_max_window_bits=%d is over the %d offered", bits, o.clientMaxWindowBits)
 				}
 				p.clientMaxWindowBits = bits
 			}
@@ -601,14 +579,14 @@ func acceptDeflate(h http.Header, o *CompressionOptions) (*deflateParams, error)
 			return nil, badHandshake("unknown permessage-deflate parameter %q", param.Name)
 		}
 	}
-	if o.ServerNoContextTakeover && !p.serverNoContextTakeover {
+	if o.serverNoContextTakeover && !p.serverNoContextTakeover {
 		return nil, badHandshake("the server accepted permessage-deflate without the server_no_context_takeover offered")
 	}
-	if o.ServerMaxWindowBits < maxWindowBits && !serverBits {
+	if o.serverMaxWindowBits < maxWindowBits && !serverBits {
 		return nil, badHandshake("the server accepted permessage-deflate without the server_max_window_bits offered")
 	}
 	// Dropping context is always allowed to the sender (RFC 7692 §7.1.1.2).
-	p.clientNoContextTakeover = p.clientNoContextTakeover || o.ClientNoContextTakeover
+	p.clientNoContextTakeover = p.clientNoContextTakeover || o.clientNoContextTakeover
 	return p, nil
 }
 

@@ -47,7 +47,7 @@ var (
 func (d *dialer) handshakeH2(ctx context.Context, tc *tls.Conn, u *url.URL, h Event, release func() error) (*Conn, *http.Response, error) {
 	if err := release(); err != nil {
 		tc.Close()
-		return nil, nil, dialFailed(ctx, u, err)
+		return nil, nil, dialFailed(ctx, err)
 	}
 	// DisableCompression: the transport must not ask for gzip, and so never
 	// try to gunzip the stream, whatever the server answers.
@@ -90,11 +90,10 @@ func (d *dialer) handshakeH2(ctx context.Context, tc *tls.Conn, u *url.URL, h Ev
 		cancel()
 		pw.Close()
 		tc.Close()
-		var de *DialError
-		if errors.As(err, &de) || errors.Is(err, ErrBadHandshake) || errors.Is(err, errTryHTTP1) {
+		if errors.Is(err, errTryHTTP1) {
 			return nil, resp, err
 		}
-		return nil, resp, dialFailed(ctx, u, err)
+		return nil, resp, dialFailed(ctx, err)
 	}
 	resp, err := rt.RoundTrip(req)
 	if err != nil {
@@ -113,7 +112,7 @@ func (d *dialer) handshakeH2(ctx context.Context, tc *tls.Conn, u *url.URL, h Ev
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxRefusalBody))
 		resp.Body.Close()
-		return fail(resp, &DialError{Status: resp.StatusCode, Header: resp.Header, Body: body})
+		return fail(resp, &HandshakeError{URL: u.Redacted(), Status: resp.StatusCode, Header: resp.Header, Body: body})
 	}
 	if resp.ContentLength >= 0 && len(resp.Header["Content-Length"]) > 0 {
 		// The transport took the header as the body's length and will
@@ -133,7 +132,7 @@ func (d *dialer) handshakeH2(ctx context.Context, tc *tls.Conn, u *url.URL, h Ev
 	s := &h2ClientConn{body: resp.Body, pw: pw, tc: tc, cancel: cancel}
 	c := newConn(s, d.cfg, h, false, nil, subprotocol)
 	if params != nil {
-		c.deflate = newDeflateState(*params, &d.cfg.Compression, false)
+		c.deflate = newDeflateState(*params, &d.cfg.deflate, false)
 	}
 	return c, resp, nil
 }

@@ -29,8 +29,9 @@ func dialH2Options(t *testing.T, addr string) (string, *DialOptions) {
 	srv := v.(*h2Server)
 	roots := srv.client.Transport.(*http.Transport).TLSClientConfig.RootCAs
 	return "wss://" + strings.TrimPrefix(srv.url, "https://") + "/ws", &DialOptions{
-		Options: Options{TLSConfig: &tls.Config{RootCAs: roots}, Compression: CompressionOptions{Enabled: true}},
-		HTTP2:   true,
+		Options:   Options{Compression: CompressionOptions{Enabled: true}},
+		TLSConfig: &tls.Config{RootCAs: roots},
+		HTTP2:     true,
 	}
 }
 
@@ -85,13 +86,13 @@ func TestDialH2Echo(t *testing.T) {
 		require.Equal(t, m.p, got.Data)
 		got.Close()
 	}
-	require.NoError(t, c.WriteClose(StatusNormalClosure, "done"))
+	require.NoError(t, c.Close(StatusNormalClosure, "done"))
 	require.Equal(t, StatusNormalClosure, CloseStatus(h.waitClose(t)))
 	require.Equal(t, StatusNormalClosure, CloseStatus(server.waitClose(t)))
 }
 
 func TestDialH2FallsBackWhenTheServerSpeaksHTTP1(t *testing.T) {
-	u := NewUpgrader(newEcho(), nil)
+	u := newUpgrader(newEcho(), nil)
 	ts := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, err := u.Upgrade(w, r)
 		if err == nil {
@@ -100,7 +101,7 @@ func TestDialH2FallsBackWhenTheServerSpeaksHTTP1(t *testing.T) {
 	}))
 	defer ts.Close()
 	h := newCollector()
-	opts := &DialOptions{Options: Options{TLSConfig: ts.Client().Transport.(*http.Transport).TLSClientConfig}, HTTP2: true}
+	opts := &DialOptions{TLSConfig: ts.Client().Transport.(*http.Transport).TLSClientConfig, HTTP2: true}
 	c, resp, err := Dial(context.Background(), "wss://"+strings.TrimPrefix(ts.URL, "https://"), h, opts)
 	require.NoError(t, err)
 	require.Equal(t, 1, resp.ProtoMajor)
@@ -108,7 +109,7 @@ func TestDialH2FallsBackWhenTheServerSpeaksHTTP1(t *testing.T) {
 	require.NoError(t, c.WriteString("plain"))
 	m := h.next(t)
 	require.Equal(t, "plain", string(m.Data))
-	require.NoError(t, c.WriteClose(StatusNormalClosure, ""))
+	require.NoError(t, c.Close(StatusNormalClosure, ""))
 	h.waitClose(t)
 }
 
@@ -154,8 +155,8 @@ func TestDialH2BadServerFrames(t *testing.T) {
 			ts.StartTLS()
 			defer ts.Close()
 			h := newCollector()
-			opts := &DialOptions{Options: Options{MaxMessageSize: 1000,
-				TLSConfig: ts.Client().Transport.(*http.Transport).TLSClientConfig}, HTTP2: true}
+			opts := &DialOptions{Options: Options{MaxMessageSize: 1000},
+				TLSConfig: ts.Client().Transport.(*http.Transport).TLSClientConfig, HTTP2: true}
 			c, resp, err := Dial(context.Background(), "wss://"+strings.TrimPrefix(ts.URL, "https://"), h, opts)
 			require.NoError(t, err)
 			require.Equal(t, 2, resp.ProtoMajor)
@@ -186,7 +187,7 @@ func echoAndClose(t *testing.T, c *Conn, h *collector) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no echo")
 	}
-	require.NoError(t, c.WriteClose(StatusNormalClosure, ""))
+	require.NoError(t, c.Close(StatusNormalClosure, ""))
 	require.Equal(t, StatusNormalClosure, CloseStatus(h.waitClose(t)))
 }
 
@@ -204,7 +205,7 @@ func countDials(n *atomic.Int32) func(ctx context.Context, network, addr string)
 // net/http's HTTP/2 transport enforces it instead, so Dial has to redo the
 // handshake over HTTP/1.1.
 func TestDialH2ContentLengthOnConnect(t *testing.T) {
-	u := NewUpgrader(newEcho(), nil)
+	u := newUpgrader(newEcho(), nil)
 	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", "0")
 		c, err := u.Upgrade(w, r)
@@ -231,7 +232,7 @@ func TestDialH2ContentLengthOnConnect(t *testing.T) {
 
 	var dials atomic.Int32
 	h := newCollector()
-	opts := &DialOptions{Options: Options{TLSConfig: ts.Client().Transport.(*http.Transport).TLSClientConfig},
+	opts := &DialOptions{TLSConfig: ts.Client().Transport.(*http.Transport).TLSClientConfig,
 		NetDialContext: countDials(&dials), HTTP2: true}
 	c, resp, err := Dial(testContext(t), "wss://"+strings.TrimPrefix(ts.URL, "https://"), h, opts)
 	require.NoError(t, err)
@@ -248,7 +249,7 @@ const h2ChildEnv = "GUST_TEST_H2_SERVER"
 // HTTP/2 and gust's Upgrader in front of an echo handler. It prints its
 // address, then serves until stdin closes or a minute has passed.
 func serveH2Child(dir string) int {
-	u := NewUpgrader(newEcho(), nil)
+	u := newUpgrader(newEcho(), nil)
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, err := u.Upgrade(w, r)
 		if err == nil {
@@ -338,7 +339,7 @@ func startH2Child(t *testing.T) (addr string, pool *x509.CertPool) {
 func TestDialH2FallsBackWithoutExtendedConnect(t *testing.T) {
 	addr, pool := startH2Child(t)
 	var dials atomic.Int32
-	opts := &DialOptions{Options: Options{TLSConfig: &tls.Config{RootCAs: pool}},
+	opts := &DialOptions{TLSConfig: &tls.Config{RootCAs: pool},
 		NetDialContext: countDials(&dials), HTTP2: true}
 
 	// The HTTP/2 attempt alone: it must end in errNoExtendedConnect.

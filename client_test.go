@@ -87,7 +87,7 @@ func runClient(t *testing.T, c *Conn) {
 		close(done)
 	}()
 	t.Cleanup(func() {
-		c.WriteClose(StatusNormalClosure, "")
+		c.Close(StatusNormalClosure, "")
 		select {
 		case <-done:
 		case <-time.After(10 * time.Second):
@@ -170,12 +170,12 @@ func TestDialEcho(t *testing.T) {
 			require.NoError(t, c.WriteMessage(tc.op, tc.data))
 			h.expect(t, tc.op, tc.data)
 		}
-		require.NoError(t, c.WriteClose(4000, "bye"))
+		require.NoError(t, c.Close(4000, "bye"))
 		var ce *CloseError
 		require.ErrorAs(t, h.waitClose(t), &ce)
 		require.Equal(t, StatusCode(4000), ce.Code)
 		require.ErrorAs(t, srv.waitClose(t), &ce)
-		require.Equal(t, &CloseError{Code: 4000, Reason: "bye"}, ce)
+		require.Equal(t, &CloseError{Code: 4000, Reason: "bye", ByPeer: true}, ce)
 	})
 }
 
@@ -213,7 +213,7 @@ func TestDialCompression(t *testing.T) {
 		},
 		{
 			name:       "server asks client_no_context_takeover",
-			server:     CompressionOptions{Enabled: true, ClientNoContextTakeover: true},
+			server:     CompressionOptions{Enabled: true, PeerNoContextTakeover: true},
 			client:     CompressionOptions{Enabled: true},
 			compressed: true,
 			want:       side{15, 15, true, false},
@@ -222,7 +222,7 @@ func TestDialCompression(t *testing.T) {
 		{
 			name:       "client asks server_no_context_takeover",
 			server:     CompressionOptions{Enabled: true},
-			client:     CompressionOptions{Enabled: true, ServerNoContextTakeover: true},
+			client:     CompressionOptions{Enabled: true, PeerNoContextTakeover: true},
 			compressed: true,
 			want:       side{15, 15, false, true},
 			extensions: "permessage-deflate; server_no_context_takeover",
@@ -230,14 +230,14 @@ func TestDialCompression(t *testing.T) {
 		{
 			name:       "client drops its own context",
 			server:     CompressionOptions{Enabled: true},
-			client:     CompressionOptions{Enabled: true, ClientNoContextTakeover: true},
+			client:     CompressionOptions{Enabled: true, NoContextTakeover: true},
 			compressed: true,
 			want:       side{15, 15, true, false},
 			extensions: "permessage-deflate; client_no_context_takeover",
 		},
 		{
 			name:       "no context takeover both ways",
-			server:     CompressionOptions{Enabled: true, ServerNoContextTakeover: true, ClientNoContextTakeover: true},
+			server:     CompressionOptions{Enabled: true, NoContextTakeover: true, PeerNoContextTakeover: true},
 			client:     CompressionOptions{Enabled: true},
 			compressed: true,
 			want:       side{15, 15, true, true},
@@ -245,16 +245,16 @@ func TestDialCompression(t *testing.T) {
 		},
 		{
 			name:       "window bits",
-			server:     CompressionOptions{Enabled: true, ClientMaxWindowBits: 10},
-			client:     CompressionOptions{Enabled: true, ServerMaxWindowBits: 11},
+			server:     CompressionOptions{Enabled: true, PeerWindowBits: 10},
+			client:     CompressionOptions{Enabled: true, PeerWindowBits: 11},
 			compressed: true,
 			want:       side{10, 11, false, false},
 			extensions: "permessage-deflate; server_max_window_bits=11; client_max_window_bits=10",
 		},
 		{
 			name:       "client window below the server's ask",
-			server:     CompressionOptions{Enabled: true, ClientMaxWindowBits: 12},
-			client:     CompressionOptions{Enabled: true, ClientMaxWindowBits: 9},
+			server:     CompressionOptions{Enabled: true, PeerWindowBits: 12},
+			client:     CompressionOptions{Enabled: true, WindowBits: 9},
 			compressed: true,
 			want:       side{9, 15, false, false},
 			extensions: "permessage-deflate; client_max_window_bits=9",
@@ -317,23 +317,23 @@ func TestDialCompression(t *testing.T) {
 
 func TestDialSubprotocol(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m serverMode) {
-		addr := m.start(t, newEcho(), &Options{Subprotocols: []string{"chat.v2", "chat.v1"}})
-		c, resp, _ := dialTest(t, "ws://"+addr, &DialOptions{Options: Options{Subprotocols: []string{"chat.v1", "chat.v2"}}})
+		addr := m.serve(t, newEcho(), nil, func(u *Upgrader) { u.Subprotocols = []string{"chat.v2", "chat.v1"} })
+		c, resp, _ := dialTest(t, "ws://"+addr, &DialOptions{Subprotocols: []string{"chat.v1", "chat.v2"}})
 		require.Equal(t, "chat.v2", c.Subprotocol())
 		require.Equal(t, "chat.v1, chat.v2", resp.Request.Header.Get("Sec-WebSocket-Protocol"))
 
-		c, _, _ = dialTest(t, "ws://"+addr, &DialOptions{Options: Options{Subprotocols: []string{"other"}}})
+		c, _, _ = dialTest(t, "ws://"+addr, &DialOptions{Subprotocols: []string{"other"}})
 		require.Empty(t, c.Subprotocol())
 	})
 }
 
 func TestDialRefused(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m serverMode) {
-		addr := m.start(t, newEcho(), &Options{CheckOrigin: func(*http.Request) bool { return false }})
+		addr := m.serve(t, newEcho(), nil, func(u *Upgrader) { u.CheckOrigin = func(*http.Request) bool { return false } })
 		opts := &DialOptions{Header: http.Header{"Origin": {"https://elsewhere.example"}}}
 		c, resp, err := Dial(testContext(t), "ws://"+addr, nil, opts)
 		require.Nil(t, c)
-		var de *DialError
+		var de *HandshakeError
 		require.ErrorAs(t, err, &de)
 		require.Equal(t, http.StatusForbidden, de.Status)
 		require.Contains(t, string(de.Body), "origin not allowed")
@@ -354,7 +354,7 @@ func TestDialRefused(t *testing.T) {
 		}))
 		defer ts.Close()
 		_, resp, err := Dial(testContext(t), "ws"+strings.TrimPrefix(ts.URL, "http"), nil, nil)
-		var de *DialError
+		var de *HandshakeError
 		require.ErrorAs(t, err, &de)
 		require.Equal(t, http.StatusServiceUnavailable, de.Status)
 		require.Equal(t, "maintenance", de.Header.Get("X-Reason"))
@@ -375,7 +375,7 @@ func TestDialDoesNotFollowRedirects(t *testing.T) {
 
 	c, resp, err := Dial(testContext(t), "ws"+strings.TrimPrefix(ts.URL, "http")+"/old", nil, nil)
 	require.Nil(t, c)
-	var de *DialError
+	var de *HandshakeError
 	require.ErrorAs(t, err, &de)
 	require.Equal(t, http.StatusFound, de.Status)
 	require.Equal(t, "/new", de.Header.Get("Location"))
@@ -452,80 +452,83 @@ func TestDialChecksTheResponse(t *testing.T) {
 	deflate := CompressionOptions{Enabled: true}
 	cases := []struct {
 		name     string
-		opts     Options
+		opts     DialOptions
 		response func(key string) string
 		want     string
 	}{
-		{"wrong accept", Options{}, func(string) string {
+		{"wrong accept", DialOptions{}, func(string) string {
 			return switching("dGhlIHNhbXBsZSBub25jZQ==")
 		}, "Sec-WebSocket-Accept"},
-		{"no accept", Options{}, func(string) string {
+		{"no accept", DialOptions{}, func(string) string {
 			return "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
 		}, "Sec-WebSocket-Accept"},
-		{"no upgrade", Options{}, func(key string) string {
+		{"no upgrade", DialOptions{}, func(key string) string {
 			return "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " + handshake.AcceptKey(key) + "\r\n\r\n"
 		}, "Upgrade header"},
-		{"no connection upgrade", Options{}, func(key string) string {
+		{"no connection upgrade", DialOptions{}, func(key string) string {
 			return "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: keep-alive\r\nSec-WebSocket-Accept: " + handshake.AcceptKey(key) + "\r\n\r\n"
 		}, "Connection header"},
-		{"subprotocol not offered", Options{Subprotocols: []string{"a"}}, func(key string) string {
+		{"subprotocol not offered", DialOptions{Subprotocols: []string{"a"}}, func(key string) string {
 			return switching(key, "Sec-WebSocket-Protocol: b")
 		}, `subprotocol "b", which was not offered`},
-		{"subprotocol when none offered", Options{}, func(key string) string {
+		{"subprotocol when none offered", DialOptions{}, func(key string) string {
 			return switching(key, "Sec-WebSocket-Protocol: a")
 		}, "not offered"},
-		{"two subprotocols", Options{Subprotocols: []string{"a", "b"}}, func(key string) string {
+		{"two subprotocols", DialOptions{Subprotocols: []string{"a", "b"}}, func(key string) string {
 			return switching(key, "Sec-WebSocket-Protocol: a, b")
 		}, "several subprotocols"},
-		{"deflate not offered", Options{}, func(key string) string {
+		{"deflate not offered", DialOptions{}, func(key string) string {
 			return switching(key, "Sec-WebSocket-Extensions: permessage-deflate")
 		}, `extension "permessage-deflate", which was not offered`},
-		{"unknown extension", Options{Compression: deflate}, func(key string) string {
+		{"unknown extension", DialOptions{Options: Options{Compression: deflate}}, func(key string) string {
 			return switching(key, "Sec-WebSocket-Extensions: x-webkit-deflate-frame")
 		}, "not offered"},
-		{"two extensions", Options{Compression: deflate}, func(key string) string {
+		{"two extensions", DialOptions{Options: Options{Compression: deflate}}, func(key string) string {
 			return switching(key, "Sec-WebSocket-Extensions: permessage-deflate, permessage-deflate")
 		}, "more extensions"},
-		{"malformed extensions", Options{Compression: deflate}, func(key string) string {
+		{"malformed extensions", DialOptions{Options: Options{Compression: deflate}}, func(key string) string {
 			return switching(key, "Sec-WebSocket-Extensions: permessage-deflate; =")
 		}, "malformed"},
-		{"unknown parameter", Options{Compression: deflate}, func(key string) string {
+		{"unknown parameter", DialOptions{Options: Options{Compression: deflate}}, func(key string) string {
 			return switching(key, "Sec-WebSocket-Extensions: permessage-deflate; mem_level=4")
 		}, `unknown permessage-deflate parameter "mem_level"`},
-		{"repeated parameter", Options{Compression: deflate}, func(key string) string {
+		{"repeated parameter", DialOptions{Options: Options{Compression: deflate}}, func(key string) string {
 			return switching(key, "Sec-WebSocket-Extensions: permessage-deflate; server_no_context_takeover; server_no_context_takeover")
 		}, "repeated"},
-		{"value on a flag", Options{Compression: deflate}, func(key string) string {
+		{"value on a flag", DialOptions{Options: Options{Compression: deflate}}, func(key string) string {
 			return switching(key, "Sec-WebSocket-Extensions: permessage-deflate; client_no_context_takeover=1")
 		}, "takes no value"},
-		{"server window 16", Options{Compression: deflate}, func(key string) string {
+		{"server window 16", DialOptions{Options: Options{Compression: deflate}}, func(key string) string {
 			return switching(key, "Sec-WebSocket-Extensions: permessage-deflate; server_max_window_bits=16")
 		}, "not a window size"},
-		{"server window with a leading zero", Options{Compression: deflate}, func(key string) string {
+		{"server window with a leading zero", DialOptions{Options: Options{Compression: deflate}}, func(key string) string {
 			return switching(key, "Sec-WebSocket-Extensions: permessage-deflate; server_max_window_bits=09")
 		}, "not a window size"},
-		{"server window over the offer", Options{Compression: CompressionOptions{Enabled: true, ServerMaxWindowBits: 10}}, func(key string) string {
+		{"server window over the offer", DialOptions{Options: Options{Compression: CompressionOptions{Enabled: true, PeerWindowBits: 10}}}, func(key string) string {
 			return switching(key, "Sec-WebSocket-Extensions: permessage-deflate; server_max_window_bits=12")
 		}, "server_max_window_bits=12 is over the 10 offered"},
-		{"server window offered but not answered", Options{Compression: CompressionOptions{Enabled: true, ServerMaxWindowBits: 10}}, func(key string) string {
+		{"server window offered but not answered", DialOptions{Options: Options{Compression: CompressionOptions{Enabled: true, PeerWindowBits: 10}}}, func(key string) string {
 			return switching(key, "Sec-WebSocket-Extensions: permessage-deflate")
 		}, "without the server_max_window_bits"},
-		{"server_no_context_takeover offered but not answered", Options{Compression: CompressionOptions{Enabled: true, ServerNoContextTakeover: true}}, func(key string) string {
+		{"server_no_context_takeover offered but not answered", DialOptions{Options: Options{Compression: CompressionOptions{Enabled: true, PeerNoContextTakeover: true}}}, func(key string) string {
 			return switching(key, "Sec-WebSocket-Extensions: permessage-deflate")
 		}, "without the server_no_context_takeover"},
-		{"client window without a value", Options{Compression: deflate}, func(key string) string {
+		{"client window without a value", DialOptions{Options: Options{Compression: deflate}}, func(key string) string {
 			return switching(key, "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits")
 		}, "not a window size"},
-		{"client window over the offer", Options{Compression: CompressionOptions{Enabled: true, ClientMaxWindowBits: 10}}, func(key string) string {
+		{"client window over the offer", DialOptions{Options: Options{Compression: CompressionOptions{Enabled: true, WindowBits: 10}}}, func(key string) string {
 			return switching(key, "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits=12")
 		}, "client_max_window_bits=12 is over the 10 offered"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			addr := rawServer(t, answer(tc.response, nil))
-			c, resp, err := Dial(testContext(t), "ws://"+addr, nil, &DialOptions{Options: tc.opts})
+			c, resp, err := Dial(testContext(t), "ws://"+addr, nil, &tc.opts)
 			require.Nil(t, c)
-			require.ErrorIs(t, err, ErrBadHandshake)
+			var he *HandshakeError
+			require.ErrorAs(t, err, &he)
+			require.Equal(t, http.StatusSwitchingProtocols, he.Status)
+			require.Error(t, he.Err)
 			require.Contains(t, err.Error(), tc.want)
 			require.NotNil(t, resp)
 			require.Equal(t, http.StatusSwitchingProtocols, resp.StatusCode)
@@ -550,7 +553,7 @@ func TestDialAcceptsWhatRFC7692Allows(t *testing.T) {
 		{"server drops its context unasked", CompressionOptions{Enabled: true}, "permessage-deflate; server_no_context_takeover",
 			deflateParams{serverMaxWindowBits: 15, clientMaxWindowBits: 15, serverNoContextTakeover: true}},
 		{"everything offered, everything answered",
-			CompressionOptions{Enabled: true, ServerNoContextTakeover: true, ClientNoContextTakeover: true, ServerMaxWindowBits: 10, ClientMaxWindowBits: 11},
+			CompressionOptions{Enabled: true, PeerNoContextTakeover: true, NoContextTakeover: true, PeerWindowBits: 10, WindowBits: 11},
 			"permessage-deflate; server_no_context_takeover; server_max_window_bits=10; client_max_window_bits=11",
 			deflateParams{serverMaxWindowBits: 10, clientMaxWindowBits: 11, serverNoContextTakeover: true, clientNoContextTakeover: true}},
 	}
@@ -563,8 +566,7 @@ func TestDialAcceptsWhatRFC7692Allows(t *testing.T) {
 			c, _, err := Dial(testContext(t), "ws://"+addr, nil, &DialOptions{Options: Options{Compression: tc.offer}})
 			require.NoError(t, err)
 			defer c.NetConn().Close()
-			o := tc.offer
-			o.withDefaults()
+			o := tc.offer.rfc(false)
 			require.Equal(t, deflateOffer(&o), (<-reqs).Header.Get("Sec-WebSocket-Extensions"))
 			require.True(t, c.Compressed())
 			d := c.deflate
@@ -581,18 +583,18 @@ func TestDeflateOffer(t *testing.T) {
 		want string
 	}{
 		{CompressionOptions{}, "permessage-deflate; client_max_window_bits"},
-		{CompressionOptions{ServerNoContextTakeover: true, ClientNoContextTakeover: true},
+		{CompressionOptions{PeerNoContextTakeover: true, NoContextTakeover: true},
 			"permessage-deflate; server_no_context_takeover; client_no_context_takeover; client_max_window_bits"},
-		{CompressionOptions{ServerMaxWindowBits: 9, ClientMaxWindowBits: 8},
+		{CompressionOptions{PeerWindowBits: 9, WindowBits: 8},
 			"permessage-deflate; server_max_window_bits=9; client_max_window_bits=8"},
 	} {
-		o := tc.o
-		o.withDefaults()
+		o := tc.o.rfc(false)
 		require.Equal(t, tc.want, deflateOffer(&o))
 		// The offer must be one a gust server accepts as it is.
 		exts, err := handshake.Extensions(http.Header{"Sec-Websocket-Extensions": {tc.want}})
 		require.NoError(t, err)
-		_, ok := negotiateDeflate(exts, &o)
+		srv := CompressionOptions{Enabled: true}.rfc(true)
+		_, ok := negotiateDeflate(exts, &srv)
 		require.True(t, ok)
 	}
 }
@@ -653,8 +655,9 @@ func TestDialRequestAndEarlyBytes(t *testing.T) {
 
 	h := newDialRecorder()
 	opts := &DialOptions{
-		Options: Options{Subprotocols: []string{"v1", "v2"}, Compression: CompressionOptions{Enabled: true}},
-		Header:  http.Header{"Origin": {"https://app.example"}, "X-Trace": {"a", "b"}, "Host": {"virtual.example"}},
+		Options:      Options{Compression: CompressionOptions{Enabled: true}},
+		Subprotocols: []string{"v1", "v2"},
+		Header:       http.Header{"Origin": {"https://app.example"}, "X-Trace": {"a", "b"}, "Host": {"virtual.example"}},
 	}
 	c, resp, err := Dial(testContext(t), "ws://alice:pw@"+addr+"/path?q=1", h, opts)
 	require.NoError(t, err)
@@ -716,7 +719,7 @@ func TestDialRejectsBadInput(t *testing.T) {
 		{"ws://example.com/", &DialOptions{Header: http.Header{"Connection": {"close"}}}, "set by the handshake itself"},
 		{"ws://example.com/", &DialOptions{Header: http.Header{"Bad Name": {"x"}}}, "invalid request header name"},
 		{"ws://example.com/", &DialOptions{Header: http.Header{"Host": {"a\r\nb"}}}, "invalid Host"},
-		{"ws://example.com/", &DialOptions{Options: Options{Subprotocols: []string{"a b"}}}, "invalid subprotocol"},
+		{"ws://example.com/", &DialOptions{Subprotocols: []string{"a b"}}, "invalid subprotocol"},
 	} {
 		c, resp, err := Dial(ctx, tc.url, nil, tc.opts)
 		require.Nil(t, c)
@@ -760,7 +763,7 @@ func TestDialBoundedByContext(t *testing.T) {
 	})
 	t.Run("HandshakeTimeout", func(t *testing.T) {
 		start := time.Now()
-		_, _, err := Dial(context.Background(), "ws://"+addr, nil, &DialOptions{Options: Options{HandshakeTimeout: 200 * time.Millisecond}})
+		_, _, err := Dial(context.Background(), "ws://"+addr, nil, &DialOptions{HandshakeTimeout: 200 * time.Millisecond})
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		require.Less(t, time.Since(start), 3*time.Second)
 		expectClosed(t)
@@ -836,7 +839,7 @@ func startTLSServer(t *testing.T, h Event, opts *Options, cert tls.Certificate) 
 			return nil, nil
 		},
 	}
-	s := NewServer(h, opts)
+	s := newServer(h, opts)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	done := make(chan error, 1)
@@ -864,7 +867,8 @@ func TestDialTLS(t *testing.T) {
 	t.Run("custom roots and SNI", func(t *testing.T) {
 		asked := make(chan string, 1)
 		opts := &DialOptions{
-			Options:        Options{TLSConfig: &tls.Config{RootCAs: pool}, Compression: CompressionOptions{Enabled: true}},
+			Options:        Options{Compression: CompressionOptions{Enabled: true}},
+			TLSConfig:      &tls.Config{RootCAs: pool},
 			NetDialContext: redirectDial(addr, asked),
 		}
 		c, _, h := dialTest(t, "wss://gust.test/secure", opts)
@@ -883,7 +887,7 @@ func TestDialTLS(t *testing.T) {
 	t.Run("explicit ServerName wins", func(t *testing.T) {
 		asked := make(chan string, 1)
 		opts := &DialOptions{
-			Options:        Options{TLSConfig: &tls.Config{RootCAs: pool, ServerName: "gust.test"}},
+			TLSConfig:      &tls.Config{RootCAs: pool, ServerName: "gust.test"},
 			NetDialContext: redirectDial(addr, asked),
 		}
 		dialTest(t, "wss://"+addr, opts)
@@ -899,7 +903,7 @@ func TestDialTLS(t *testing.T) {
 		<-sni
 	})
 	t.Run("wrong name", func(t *testing.T) {
-		opts := &DialOptions{Options: Options{TLSConfig: &tls.Config{RootCAs: pool}}, NetDialContext: redirectDial(addr, make(chan string, 1))}
+		opts := &DialOptions{TLSConfig: &tls.Config{RootCAs: pool}, NetDialContext: redirectDial(addr, make(chan string, 1))}
 		_, _, err := Dial(testContext(t), "wss://other.test/", nil, opts)
 		var he x509.HostnameError
 		require.ErrorAs(t, err, &he)
@@ -948,7 +952,8 @@ func (pipeAddr) String() string  { return "pipe" }
 
 func serveOn(t *testing.T, ln net.Listener, h Event, opts *Options) {
 	t.Helper()
-	s := NewServer(h, opts)
+	s := newServer(h, opts)
+	s.Subprotocols = []string{"p"}
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ln) }()
 	t.Cleanup(func() {
@@ -957,9 +962,20 @@ func serveOn(t *testing.T, ln net.Listener, h Event, opts *Options) {
 	})
 }
 
-func TestNewClientFromConn(t *testing.T) {
-	opts := &Options{Compression: CompressionOptions{Enabled: true}, Subprotocols: []string{"p"}}
-	dopts := &DialOptions{Options: *opts}
+// dialOver runs Dial's handshake over conn, as a user does by returning
+// a connection it holds from NetDialContext.
+func dialOver(ctx context.Context, conn net.Conn, rawURL string, h Event, opts *DialOptions) (*Conn, *http.Response, error) {
+	var o DialOptions
+	if opts != nil {
+		o = *opts
+	}
+	o.NetDialContext = func(context.Context, string, string) (net.Conn, error) { return conn, nil }
+	return Dial(ctx, rawURL, h, &o)
+}
+
+func TestDialOverAConnectionOfAnyKind(t *testing.T) {
+	opts := &Options{Compression: CompressionOptions{Enabled: true}}
+	dopts := &DialOptions{Options: *opts, Subprotocols: []string{"p"}}
 	exchange := func(t *testing.T, c *Conn, h *dialRecorder) {
 		require.True(t, c.Compressed())
 		require.Equal(t, "p", c.Subprotocol())
@@ -973,7 +989,7 @@ func TestNewClientFromConn(t *testing.T) {
 		ln := newPipeListener()
 		serveOn(t, ln, newEcho(), opts)
 		h := newDialRecorder()
-		c, resp, err := NewClientFromConn(testContext(t), ln.dial(), "ws://in-memory/chat", h, dopts)
+		c, resp, err := dialOver(testContext(t), ln.dial(), "ws://in-memory/chat", h, dopts)
 		require.NoError(t, err)
 		require.Equal(t, "in-memory", resp.Request.Host)
 		runClient(t, c)
@@ -987,7 +1003,7 @@ func TestNewClientFromConn(t *testing.T) {
 		nc, err := net.Dial("unix", path)
 		require.NoError(t, err)
 		h := newDialRecorder()
-		c, _, err := NewClientFromConn(testContext(t), nc, "ws://localhost/", h, dopts)
+		c, _, err := dialOver(testContext(t), nc, "ws://localhost/", h, dopts)
 		require.NoError(t, err)
 		runClient(t, c)
 		exchange(t, c, h)
@@ -1000,8 +1016,8 @@ func TestNewClientFromConn(t *testing.T) {
 			http.ReadRequest(br)
 			io.WriteString(server, "HTTP/1.1 404 Not Found\r\nContent-Length: 4\r\n\r\nnope")
 		}()
-		_, resp, err := NewClientFromConn(testContext(t), client, "ws://x/", nil, nil)
-		var de *DialError
+		_, resp, err := dialOver(testContext(t), client, "ws://x/", nil, nil)
+		var de *HandshakeError
 		require.ErrorAs(t, err, &de)
 		require.Equal(t, []byte("nope"), de.Body)
 		require.Equal(t, http.StatusNotFound, resp.StatusCode)
@@ -1014,16 +1030,15 @@ func TestNewClientFromConn(t *testing.T) {
 		go io.Copy(io.Discard, server)
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
-		_, _, err := NewClientFromConn(ctx, client, "ws://x/", nil, nil)
+		_, _, err := dialOver(ctx, client, "ws://x/", nil, nil)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 	})
-	t.Run("bad URL closes the conn", func(t *testing.T) {
+	t.Run("bad URL", func(t *testing.T) {
 		client, server := net.Pipe()
 		defer server.Close()
-		_, _, err := NewClientFromConn(testContext(t), client, "tcp://x/", nil, nil)
+		defer client.Close()
+		_, _, err := dialOver(testContext(t), client, "tcp://x/", nil, nil)
 		require.ErrorContains(t, err, "scheme")
-		_, err = client.Write([]byte("x"))
-		require.ErrorIs(t, err, io.ErrClosedPipe)
 	})
 }
 
@@ -1031,7 +1046,7 @@ func TestDialResponseHeadLimit(t *testing.T) {
 	addr := rawServer(t, answer(func(key string) string {
 		return switching(key, "X-Big: "+strings.Repeat("b", 8000))
 	}, nil))
-	_, _, err := Dial(testContext(t), "ws://"+addr, nil, &DialOptions{Options: Options{MaxHeaderBytes: 4096}})
+	_, _, err := Dial(testContext(t), "ws://"+addr, nil, &DialOptions{MaxHeaderBytes: 4096})
 	require.ErrorContains(t, err, "response head over 4096 bytes")
 
 	c, _, err := Dial(testContext(t), "ws://"+addr, nil, nil)
@@ -1072,7 +1087,7 @@ func TestClientWriteDoesNotAllocate(t *testing.T) {
 // BenchmarkDialWriteMessage1KiB writes masked 1 KiB messages from a dialed
 // client over loopback TCP to a gust server that discards them.
 func BenchmarkDialWriteMessage1KiB(b *testing.B) {
-	s := NewServer(discardHandler{}, nil)
+	s := newServer(discardHandler{}, nil)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -1097,6 +1112,6 @@ func BenchmarkDialWriteMessage1KiB(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	c.WriteClose(StatusNormalClosure, "")
+	c.Close(StatusNormalClosure, "")
 	<-done
 }

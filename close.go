@@ -1,10 +1,13 @@
 package gust
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"strconv"
+	"strings"
 )
 
 // StatusCode is a WebSocket close status code (RFC 6455 §7.4).
@@ -69,33 +72,130 @@ func (s StatusCode) validOnWire() bool {
 	return false
 }
 
-// CloseError is the close frame the peer sent: its code and reason. OnClose
-// receives one when the peer closed the connection. Use errors.As or
-// [CloseStatus] to read it.
+// CloseError is how a connection ended with a closing handshake: the code
+// and reason of the peer's close frame. ByPeer tells who started it: the
+// peer (gust answered with the same code), or this side (with Close, or
+// gust failing the connection) and the peer answered. OnClose receives one;
+// use errors.As or [CloseStatus] to read it.
 type CloseError struct {
 	Code   StatusCode
 	Reason string
+	ByPeer bool
 }
 
 func (e *CloseError) Error() string {
-	if e.Reason == "" {
-		return fmt.Sprintf("gust: peer closed with %d %v", uint16(e.Code), e.Code)
+	var b strings.Builder
+	if e.ByPeer {
+		b.WriteString("gust: closed by the peer with ")
+	} else {
+		b.WriteString("gust: closed, the peer answering with ")
 	}
-	return fmt.Sprintf("gust: peer closed with %d %v: %q", uint16(e.Code), e.Code, e.Reason)
+	b.WriteString(e.Code.text())
+	if e.Reason != "" {
+		b.WriteString(": ")
+		b.WriteString(strconv.Quote(e.Reason))
+	}
+	return b.String()
+}
+
+// text is the code and, when it has one, its name: "1001 GoingAway".
+func (s StatusCode) text() string {
+	if n, ok := statusNames[s]; ok {
+		return strconv.Itoa(int(s)) + " " + n
+	}
+	return strconv.Itoa(int(s))
 }
 
 // ProtocolError reports that gust failed the connection because the peer
 // broke the protocol or a limit. Code is the status gust sent in its close
-// frame: 1002 for a protocol error, 1007 for invalid UTF-8, 1009 for a
-// message over the size limit.
+// frame: 1002 for a protocol error, 1007 for invalid UTF-8 or deflate data,
+// 1009 for a message over the size limit.
 type ProtocolError struct {
 	Code   StatusCode
 	Reason string
 }
 
 func (e *ProtocolError) Error() string {
-	return fmt.Sprintf("gust: %s (closed with %d)", e.Reason, uint16(e.Code))
+	return "gust: " + e.Reason + " (closed with " + e.Code.text() + ")"
 }
+
+// PanicError reports that an Event callback panicked: gust recovered the
+// panic (unless Options.DisableRecovery is set), closed the connection with
+// 1011 internal error and passes this to OnClose. Value is what was passed
+// to panic, Stack the goroutine's stack where it happened.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("gust: panic in an event handler: %v", e.Value)
+}
+
+// HandshakeError is a WebSocket handshake that failed, on either side.
+//
+// On the server side, Upgrade returns one for a request it refused, after
+// answering it: Status is the HTTP status (400, 403 for a refused origin,
+// 405, 426 for another WebSocket version, ...) and Body the text of the
+// answer, which says why.
+//
+// On the client side, every error [Dial] returns is one, with the URL
+// dialed. When the server answered, Status is its status code, Header its
+// headers and Body the first bytes of its body (up to 1 KiB):
+//
+//   - Status other than 101, Err nil: the server refused the handshake. A
+//     redirect (3xx) is reported this way too: gust does not follow it;
+//     the target is in Header.Get("Location").
+//   - Status 101, Err set: the server accepted but broke RFC 6455 §4.1 or
+//     RFC 7692 doing so (a wrong Sec-WebSocket-Accept, a subprotocol or
+//     an extension that was not offered, invalid permessage-deflate
+//     parameters).
+//
+// Otherwise Status is 0 and Err is the cause: invalid options or URL, a
+// refused or failed TCP connection, a proxy or TLS failure, ctx's error
+// (errors.Is(err, context.DeadlineExceeded) holds when the time ran out).
+type HandshakeError struct {
+	URL    string // the URL dialed, without credentials; "" on the server side
+	Status int
+	Header http.Header
+	Body   []byte
+	Err    error
+}
+
+// refusal is a request a server refuses with status, for reason.
+func refusal(status int, reason string) *HandshakeError {
+	return &HandshakeError{Status: status, Body: []byte(reason)}
+}
+
+func (e *HandshakeError) Error() string {
+	status := strconv.Itoa(e.Status) + " " + http.StatusText(e.Status)
+	if e.URL == "" {
+		return "gust: handshake refused with " + status + ": " + string(e.Body)
+	}
+	prefix := "gust: dial " + e.URL + ": "
+	if e.Err != nil {
+		if e.Status == http.StatusSwitchingProtocols {
+			return prefix + "bad handshake response: " + e.Err.Error()
+		}
+		return prefix + e.Err.Error()
+	}
+	if e.Status >= 300 && e.Status < 400 {
+		if loc := e.Header.Get("Location"); loc != "" {
+			return fmt.Sprintf("%sanswered with %s; redirect to %q not followed", prefix, status, loc)
+		}
+	}
+	body := e.Body
+	if len(body) > 128 {
+		body = body[:128]
+	}
+	if body = bytes.TrimSpace(body); len(body) > 0 {
+		return fmt.Sprintf("%srefused with %s: %q", prefix, status, body)
+	}
+	return prefix + "refused with " + status
+}
+
+// Unwrap returns Err.
+func (e *HandshakeError) Unwrap() error { return e.Err }
 
 // CloseStatus returns the code of the close frame the peer sent, when err is
 // or wraps a *CloseError, and 0 (never a valid code) otherwise.
@@ -117,21 +217,28 @@ var (
 	// queue holds Options.WriteQueueSize messages already.
 	ErrQueueFull = errors.New("gust: write queue full")
 
-	// ErrInvalidCloseCode is returned by WriteClose for a code user code may
-	// not send: only 1000 and 3000–4999 are allowed, as in the browser API.
-	ErrInvalidCloseCode = errors.New("gust: close code must be 1000 or in 3000-4999")
-
-	// ErrControlTooLong is returned for a ping, pong or close payload over
-	// 125 bytes.
-	ErrControlTooLong = errors.New("gust: control frame payload over 125 bytes")
-
-	// ErrInvalidUTF8 is returned by WriteClose when the reason is not valid
-	// UTF-8 (RFC 6455 §5.5.1).
-	ErrInvalidUTF8 = errors.New("gust: text is not valid UTF-8")
+	// ErrInvalidCloseCode is returned by Close for a code that may not be
+	// sent on the wire (RFC 6455 §7.4): 1004–1006, 1015, 1016–2999, and
+	// codes past 4999.
+	ErrInvalidCloseCode = errors.New("gust: close code not valid on the wire")
 )
 
-// errBadOpcode is returned when a message write names a control opcode.
-var errBadOpcode = errors.New("gust: message opcode must be OpText or OpBinary")
+var (
+	// errControlTooLong is returned for a ping, pong or close payload over
+	// 125 bytes.
+	errControlTooLong = errors.New("gust: control frame payload over 125 bytes")
 
-// errClosed is what writes return after the connection closed.
-var errClosed = net.ErrClosed
+	// errInvalidUTF8 is returned by Close when the reason is not valid
+	// UTF-8 (RFC 6455 §5.5.1).
+	errInvalidUTF8 = errors.New("gust: close reason is not valid UTF-8")
+
+	// errBadOpcode is returned when a message write names an opcode other
+	// than OpText and OpBinary.
+	errBadOpcode = errors.New("gust: message opcode must be OpText or OpBinary")
+
+	// errClosedNow is what OnClose receives after CloseNow.
+	errClosedNow = fmt.Errorf("gust: connection closed with CloseNow: %w", net.ErrClosed)
+
+	// errClosed is what writes return after the connection closed.
+	errClosed = net.ErrClosed
+)

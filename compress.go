@@ -19,46 +19,46 @@ import (
 )
 
 // CompressionOptions configures permessage-deflate (RFC 7692). The zero
-// value turns compression off.
-//
-// The fields are named for the server's side. On the client side (Dial),
-// the Server* fields are what the client asks of the server (a server that
-// accepts without honouring them fails the handshake), and the Client*
-// fields what the client does with its own messages.
+// value turns compression off. Each field means the same on both sides:
+// the plain fields are about the messages this side sends, the Peer fields
+// are what this side asks of the peer's messages.
 type CompressionOptions struct {
 	// Enabled offers (client) or accepts (server) permessage-deflate.
 	// Default false.
 	Enabled bool
 
-	// Level is the flate level for messages gust sends, from 1 (fastest) to
-	// 9 (smallest). Default 1. Memory: a compressor is ~300 KiB at levels
-	// 1–6 and ~1 MiB at 7–9; one is held per connection only while context
-	// takeover is in use, and pooled otherwise.
+	// Level is the flate level for messages this side sends, from 1
+	// (fastest) to 9 (smallest). Default 1. Memory: a compressor is
+	// ~300 KiB at levels 1–6 and ~1 MiB at 7–9; one is held per connection
+	// only while context takeover is in use and messages are being sent,
+	// and pooled otherwise.
 	Level int
 
 	// Threshold is the size below which messages go out uncompressed.
 	// Default 512 bytes.
 	Threshold int
 
-	// ServerNoContextTakeover makes the server start each message it sends
-	// with an empty window, so that it holds no compressor between messages
-	// (memory) at the cost of ratio. Default false: the client may still ask
-	// for it, and then it applies.
-	ServerNoContextTakeover bool
+	// NoContextTakeover starts each message this side sends with an empty
+	// window, so that no compressor is held between messages (memory) at
+	// the cost of ratio. Default false; the peer may still ask for it, and
+	// then it applies.
+	NoContextTakeover bool
 
-	// ClientNoContextTakeover asks the client to do the same for its
-	// messages, so that the server holds no window for reading them.
-	// Default false.
-	ClientNoContextTakeover bool
+	// PeerNoContextTakeover asks the peer to start each of its messages with
+	// an empty window, so that this side keeps no window for reading them.
+	// A client whose server does not agree fails the handshake; a server
+	// makes it a condition of accepting. Default false.
+	PeerNoContextTakeover bool
 
-	// ServerMaxWindowBits bounds the LZ77 window, as a power of two from 8 to
-	// 15, of messages the server sends. Default 15 (32 KiB).
-	ServerMaxWindowBits int
+	// WindowBits bounds the LZ77 window of messages this side sends, as a
+	// power of two from 8 to 15. Default 15 (32 KiB).
+	WindowBits int
 
-	// ClientMaxWindowBits asks the client to bound the window of messages it
-	// sends, when the client allows it; the window the server keeps for
-	// reading is then 2^bits bytes. Default 15 (32 KiB).
-	ClientMaxWindowBits int
+	// PeerWindowBits asks the peer to bound the window of its messages, so
+	// that this side keeps 2^PeerWindowBits bytes for reading them. A
+	// client whose server answers with a larger one fails the handshake.
+	// Default 15 (32 KiB).
+	PeerWindowBits int
 }
 
 const (
@@ -68,19 +68,43 @@ const (
 	minWindowBits               = 8
 )
 
-func (o *CompressionOptions) withDefaults() {
-	if o.Level < flate.BestSpeed || o.Level > flate.BestCompression {
-		o.Level = defaultCompressionLevel
+// deflateConfig is CompressionOptions with the defaults filled in and the
+// fields named as RFC 7692 names its parameters, from the server's and the
+// client's sides: what the negotiation code speaks.
+type deflateConfig struct {
+	enabled                 bool
+	level, threshold        int
+	serverNoContextTakeover bool
+	clientNoContextTakeover bool
+	serverMaxWindowBits     int
+	clientMaxWindowBits     int
+}
+
+func windowBitsOrDefault(b int) int {
+	if b < minWindowBits || b > maxWindowBits {
+		return maxWindowBits
 	}
-	if o.Threshold <= 0 {
-		o.Threshold = defaultCompressionThreshold
+	return b
+}
+
+// rfc returns o as the server (server true) or the client sees it.
+func (o CompressionOptions) rfc(server bool) deflateConfig {
+	d := deflateConfig{enabled: o.Enabled, level: o.Level, threshold: o.Threshold}
+	if d.level < flate.BestSpeed || d.level > flate.BestCompression {
+		d.level = defaultCompressionLevel
 	}
-	if o.ServerMaxWindowBits < minWindowBits || o.ServerMaxWindowBits > maxWindowBits {
-		o.ServerMaxWindowBits = maxWindowBits
+	if d.threshold <= 0 {
+		d.threshold = defaultCompressionThreshold
 	}
-	if o.ClientMaxWindowBits < minWindowBits || o.ClientMaxWindowBits > maxWindowBits {
-		o.ClientMaxWindowBits = maxWindowBits
+	own, peer := windowBitsOrDefault(o.WindowBits), windowBitsOrDefault(o.PeerWindowBits)
+	if server {
+		d.serverNoContextTakeover, d.clientNoContextTakeover = o.NoContextTakeover, o.PeerNoContextTakeover
+		d.serverMaxWindowBits, d.clientMaxWindowBits = own, peer
+	} else {
+		d.clientNoContextTakeover, d.serverNoContextTakeover = o.NoContextTakeover, o.PeerNoContextTakeover
+		d.clientMaxWindowBits, d.serverMaxWindowBits = own, peer
 	}
+	return d
 }
 
 // deflateParams are the negotiated permessage-deflate parameters.
@@ -131,7 +155,7 @@ func parseWindowBits(v string) (int, bool) {
 // accept (RFC 7692 §5, §7.1). An offer with an unknown or repeated
 // parameter, or an invalid value, is declined; a malformed header declines
 // compression altogether, without failing the handshake.
-func negotiateDeflate(offers []handshake.Extension, o *CompressionOptions) (deflateParams, bool) {
+func negotiateDeflate(offers []handshake.Extension, o *deflateConfig) (deflateParams, bool) {
 	for _, ext := range offers {
 		if !strings.EqualFold(ext.Name, "permessage-deflate") {
 			continue
@@ -172,16 +196,16 @@ func negotiateDeflate(offers []handshake.Extension, o *CompressionOptions) (defl
 		if !ok {
 			continue
 		}
-		p.serverNoContextTakeover = p.serverNoContextTakeover || o.ServerNoContextTakeover
-		p.clientNoContextTakeover = p.clientNoContextTakeover || o.ClientNoContextTakeover
-		p.serverMaxWindowBits = min(p.serverMaxWindowBits, o.ServerMaxWindowBits)
+		p.serverNoContextTakeover = p.serverNoContextTakeover || o.serverNoContextTakeover
+		p.clientNoContextTakeover = p.clientNoContextTakeover || o.clientNoContextTakeover
+		p.serverMaxWindowBits = min(p.serverMaxWindowBits, o.serverMaxWindowBits)
 		// An offer of server_max_window_bits is accepted by answering it,
 		// with the same value or a smaller one, even 15 (RFC 7692
 		// §7.1.2.1); without an offer, the answer is needed only for a
 		// window smaller than the 15 the client assumes.
 		p.serverBitsInResponse = serverBitsOffered || p.serverMaxWindowBits < maxWindowBits
 		if clientBitsOffered {
-			p.clientMaxWindowBits = min(p.clientMaxWindowBits, o.ClientMaxWindowBits)
+			p.clientMaxWindowBits = min(p.clientMaxWindowBits, o.clientMaxWindowBits)
 			p.clientBitsInResponse = p.clientMaxWindowBits < maxWindowBits
 		}
 		return p, true
@@ -214,8 +238,8 @@ type deflateState struct {
 	probe     [1]byte      // reads past full chunks
 }
 
-func newDeflateState(p deflateParams, o *CompressionOptions, server bool) *deflateState {
-	d := &deflateState{level: o.Level, threshold: o.Threshold}
+func newDeflateState(p deflateParams, o *deflateConfig, server bool) *deflateState {
+	d := &deflateState{level: o.level, threshold: o.threshold}
 	if server {
 		d.writeBits, d.writeNoCtx = p.serverMaxWindowBits, p.serverNoContextTakeover
 		d.readBits, d.readNoCtx = p.clientMaxWindowBits, p.clientNoContextTakeover

@@ -30,14 +30,14 @@ var jsonMessages = func() [][]byte {
 }()
 
 func compressedConfig() *config {
-	return newConfig(&Options{Compression: CompressionOptions{Enabled: true}})
+	return newConfig(Options{Compression: CompressionOptions{Enabled: true}}, true)
 }
 
 func deflateConn(sc *streamConn, server bool) *Conn {
 	cfg := compressedConfig()
 	c := newConn(sc, cfg, discardHandler{}, server, nil, "")
 	p := deflateParams{serverMaxWindowBits: maxWindowBits, clientMaxWindowBits: maxWindowBits}
-	c.deflate = newDeflateState(p, &cfg.Compression, server)
+	c.deflate = newDeflateState(p, &cfg.deflate, server)
 	return c
 }
 
@@ -72,7 +72,7 @@ func BenchmarkReadCompressedJSON2KiB(b *testing.B) {
 	cfg := compressedConfig()
 	c := newConn(sc, cfg, discardHandler{}, true, nil, "")
 	p := deflateParams{serverMaxWindowBits: maxWindowBits, clientMaxWindowBits: maxWindowBits, clientNoContextTakeover: true}
-	c.deflate = newDeflateState(p, &cfg.Compression, true)
+	c.deflate = newDeflateState(p, &cfg.deflate, true)
 	b.ReportAllocs()
 	b.SetBytes(int64(len(msg)))
 	b.ResetTimer()

@@ -27,23 +27,23 @@ func TestNegotiateDeflate(t *testing.T) {
 	}{
 		{"permessage-deflate", CompressionOptions{}, "permessage-deflate"},
 		{"permessage-deflate; client_max_window_bits", CompressionOptions{}, "permessage-deflate"},
-		{"permessage-deflate; client_max_window_bits", CompressionOptions{ClientMaxWindowBits: 10}, "permessage-deflate; client_max_window_bits=10"},
+		{"permessage-deflate; client_max_window_bits", CompressionOptions{PeerWindowBits: 10}, "permessage-deflate; client_max_window_bits=10"},
 		{"permessage-deflate; client_max_window_bits=9", CompressionOptions{}, "permessage-deflate; client_max_window_bits=9"},
 		{"permessage-deflate; server_max_window_bits=8", CompressionOptions{}, "permessage-deflate; server_max_window_bits=8"},
 		// An offered server_max_window_bits is always answered (RFC 7692
 		// §7.1.2.1), with the same value or a smaller one.
 		{"permessage-deflate; server_max_window_bits=15", CompressionOptions{}, "permessage-deflate; server_max_window_bits=15"},
 		{"permessage-deflate; server_max_window_bits=14", CompressionOptions{}, "permessage-deflate; server_max_window_bits=14"},
-		{"permessage-deflate; server_max_window_bits=15", CompressionOptions{ServerMaxWindowBits: 10}, "permessage-deflate; server_max_window_bits=10"},
-		{"permessage-deflate; server_max_window_bits=9", CompressionOptions{ServerMaxWindowBits: 12}, "permessage-deflate; server_max_window_bits=9"},
+		{"permessage-deflate; server_max_window_bits=15", CompressionOptions{WindowBits: 10}, "permessage-deflate; server_max_window_bits=10"},
+		{"permessage-deflate; server_max_window_bits=9", CompressionOptions{WindowBits: 12}, "permessage-deflate; server_max_window_bits=9"},
 		{"permessage-deflate; server_max_window_bits=15; client_max_window_bits", CompressionOptions{},
 			"permessage-deflate; server_max_window_bits=15"},
-		{"permessage-deflate; client_max_window_bits=15; server_max_window_bits=15", CompressionOptions{ServerNoContextTakeover: true},
+		{"permessage-deflate; client_max_window_bits=15; server_max_window_bits=15", CompressionOptions{NoContextTakeover: true},
 			"permessage-deflate; server_no_context_takeover; server_max_window_bits=15"},
-		{"permessage-deflate", CompressionOptions{ServerMaxWindowBits: 12}, "permessage-deflate; server_max_window_bits=12"},
+		{"permessage-deflate", CompressionOptions{WindowBits: 12}, "permessage-deflate; server_max_window_bits=12"},
 		{"permessage-deflate; server_no_context_takeover; client_no_context_takeover", CompressionOptions{},
 			"permessage-deflate; server_no_context_takeover; client_no_context_takeover"},
-		{"permessage-deflate", CompressionOptions{ServerNoContextTakeover: true, ClientNoContextTakeover: true},
+		{"permessage-deflate", CompressionOptions{NoContextTakeover: true, PeerNoContextTakeover: true},
 			"permessage-deflate; server_no_context_takeover; client_no_context_takeover"},
 		// Declined offers: the next acceptable one wins.
 		{"permessage-deflate; server_max_window_bits=7, permessage-deflate", CompressionOptions{}, "permessage-deflate"},
@@ -61,8 +61,8 @@ func TestNegotiateDeflate(t *testing.T) {
 		offers, err := handshake.Extensions(http.Header{"Sec-Websocket-Extensions": {tt.offer}})
 		require.NoError(t, err, tt.offer)
 		tt.opts.Enabled = true
-		tt.opts.withDefaults()
-		p, ok := negotiateDeflate(offers, &tt.opts)
+		o := tt.opts.rfc(true)
+		p, ok := negotiateDeflate(offers, &o)
 		if tt.want == "" {
 			require.False(t, ok, tt.offer)
 			continue
@@ -81,22 +81,22 @@ func TestNegotiationAgrees(t *testing.T) {
 	for _, noCtx := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
 		for sb := minWindowBits; sb <= maxWindowBits; sb++ {
 			for cb := minWindowBits; cb <= maxWindowBits; cb++ {
-				clients = append(clients, CompressionOptions{Enabled: true, ServerNoContextTakeover: noCtx[0],
-					ClientNoContextTakeover: noCtx[1], ServerMaxWindowBits: sb, ClientMaxWindowBits: cb})
+				clients = append(clients, CompressionOptions{Enabled: true, PeerNoContextTakeover: noCtx[0],
+					NoContextTakeover: noCtx[1], PeerWindowBits: sb, WindowBits: cb})
 			}
 		}
 		for _, bits := range []int{9, 12, 15} {
-			servers = append(servers, CompressionOptions{Enabled: true, ServerNoContextTakeover: noCtx[0],
-				ClientNoContextTakeover: noCtx[1], ServerMaxWindowBits: bits, ClientMaxWindowBits: 24 - bits})
+			servers = append(servers, CompressionOptions{Enabled: true, NoContextTakeover: noCtx[0],
+				PeerNoContextTakeover: noCtx[1], WindowBits: bits, PeerWindowBits: 24 - bits})
 		}
 	}
-	for _, co := range clients {
-		co.withDefaults()
+	for _, c := range clients {
+		co := c.rfc(false)
 		offer := deflateOffer(&co)
 		offers, err := handshake.Extensions(http.Header{"Sec-Websocket-Extensions": {offer}})
 		require.NoError(t, err)
-		for _, so := range servers {
-			so.withDefaults()
+		for _, s := range servers {
+			so := s.rfc(true)
 			sp, ok := negotiateDeflate(offers, &so)
 			require.True(t, ok, offer)
 			answer := sp.String()
@@ -251,8 +251,7 @@ func TestInflateBombAllocatesAtMostTheLimit(t *testing.T) {
 	src := append(deflateBomb(64<<20), deflateTail...)
 	for _, limit := range []int64{defaultMaxMessageSize, 4 << 20, 3<<20 + 1, 3 << 20, 600 << 10} {
 		t.Run(fmt.Sprint(limit), func(t *testing.T) {
-			opts := CompressionOptions{Enabled: true}
-			opts.withDefaults()
+			opts := CompressionOptions{Enabled: true}.rfc(true)
 			d := newDeflateState(deflateParams{serverMaxWindowBits: 15, clientMaxWindowBits: 15}, &opts, true)
 			// Twice, so that the pools' victim caches are empty too: every
 			// buffer inflate uses is allocated, and counted.
@@ -307,8 +306,7 @@ func textOfSize(rng *rand.Rand, n int, repetitive bool) []byte {
 func TestInflateChunks(t *testing.T) {
 	const limit = 1 << 18
 	rng := rand.New(rand.NewPCG(3, 4))
-	opts := CompressionOptions{Enabled: true}
-	opts.withDefaults()
+	opts := CompressionOptions{Enabled: true}.rfc(true)
 	d := newDeflateState(deflateParams{serverMaxWindowBits: 15, clientMaxWindowBits: 15}, &opts, true)
 	dc := newDeflateClient()
 	for _, n := range []int{0, 1, 511, 512, 513, 2047, 2048, 2049, 4096, 70000, 1 << 17, 1<<17 + 1, limit - 1, limit} {
@@ -360,8 +358,7 @@ func TestInflateDoesNotAllocate(t *testing.T) {
 	if raceBuild() {
 		t.Skip("the race detector makes sync.Pool drop items at random")
 	}
-	opts := CompressionOptions{Enabled: true}
-	opts.withDefaults()
+	opts := CompressionOptions{Enabled: true}.rfc(true)
 	d := newDeflateState(deflateParams{serverMaxWindowBits: 15, clientMaxWindowBits: 15, clientNoContextTakeover: true}, &opts, true)
 	msg := bytes.Repeat([]byte("hello, chunks "), 5000) // 70 KiB from a few hundred bytes
 	src := append(newDeflateClient().compress(msg), deflateTail...)
@@ -489,8 +486,7 @@ func FuzzInflate(f *testing.F) {
 	f.Add([]byte{0x00, 0x05, 0x00, 0xfa, 0xff, 'a'}, []byte(nil), false) // stored block, truncated
 	f.Fuzz(func(t *testing.T, src, dict []byte, text bool) {
 		const limit = 1 << 16
-		opts := CompressionOptions{Enabled: true}
-		opts.withDefaults()
+		opts := CompressionOptions{Enabled: true}.rfc(true)
 		d := newDeflateState(deflateParams{serverMaxWindowBits: 15, clientMaxWindowBits: 15}, &opts, true)
 		d.readDict = dict
 		var v *utf8.Validator

@@ -15,19 +15,19 @@ import (
 //
 // Concurrency: ReadLoop must be called once, and it calls the Event methods
 // from its own goroutine. Every Write method, the deadline setters and
-// Session are safe to call from any goroutine at any time; writes are
+// Close, CloseNow, Get and Set are safe to call from any goroutine at any time; writes are
 // serialised inside the Conn. Writes made while the read goroutine is
 // dispatching the bytes of one read (from the callbacks, or from other
 // goroutines meanwhile) are corked and reach the network together before the
 // next blocking read, so a callback that blocks for long delays them: hand
-// slow work to another goroutine, or set Options.ParallelEnabled.
+// slow work to another goroutine, or set Options.Parallel.
 type Conn struct {
 	conn        net.Conn
 	cfg         *config
 	handler     Event
 	server      bool
 	subprotocol string
-	session     Session
+	values      values
 	deflate     *deflateState // nil unless permessage-deflate was negotiated
 
 	rd   readState   // owned by the read goroutine
@@ -55,8 +55,8 @@ func newConn(nc net.Conn, cfg *config, h Event, server bool, buffered []byte, su
 	}
 	c.initIdleReader()
 	c.initRawWriter()
-	if cfg.ParallelEnabled {
-		c.parallel = make(chan struct{}, cfg.ParallelLimit)
+	if cfg.Parallel > 0 {
+		c.parallel = make(chan struct{}, cfg.Parallel)
 	}
 	return c
 }
@@ -93,9 +93,10 @@ func (c *Conn) run() (err error) {
 }
 
 func (c *Conn) recovered(p any) error {
-	c.cfg.ErrorLog.Printf("gust: panic in event handler for %v: %v\n%s", c.RemoteAddr(), p, debug.Stack())
+	pe := &PanicError{Value: p, Stack: debug.Stack()}
+	c.cfg.ErrorLog.Printf("gust: panic in event handler for %v: %v\n%s", c.RemoteAddr(), p, pe.Stack)
 	c.writeCloseFrame(StatusInternalError, "")
-	return &ProtocolError{Code: StatusInternalError, Reason: "panic in event handler"}
+	return pe
 }
 
 // failLinger bounds how long a connection gust failed stays open after its
@@ -201,7 +202,7 @@ func (c *Conn) closeNet() {
 func newServerConn(nc net.Conn, cfg *config, h Event, buffered []byte, hs handshakeResult) *Conn {
 	c := newConn(nc, cfg, h, true, buffered, hs.subprotocol)
 	if hs.deflate != nil {
-		c.deflate = newDeflateState(*hs.deflate, &cfg.Compression, true)
+		c.deflate = newDeflateState(*hs.deflate, &cfg.deflate, true)
 	}
 	return c
 }
@@ -222,9 +223,6 @@ func (c *Conn) Compressed() bool { return c.deflate != nil }
 
 // Subprotocol returns the subprotocol the handshake selected, or "".
 func (c *Conn) Subprotocol() string { return c.subprotocol }
-
-// Session returns the connection's key-value storage.
-func (c *Conn) Session() *Session { return &c.session }
 
 // SetDeadline sets the read and write deadlines of the underlying
 // connection. A read past the deadline ends the connection; so does a write,

@@ -3,6 +3,7 @@ package gust
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -43,44 +44,91 @@ func (h *funcHandler) waitClose(t *testing.T) error {
 	return waitErr(t, h.closed)
 }
 
-func TestWriteCloseChecksCodesLikeBrowsers(t *testing.T) {
+func TestCloseChecksCodeAndReason(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m serverMode) {
 		h := newFuncHandler()
 		errs := make(chan []error, 1)
 		h.open = func(c *Conn) {
 			errs <- []error{
-				c.WriteClose(1001, ""),
-				c.WriteClose(2999, ""),
-				c.WriteClose(5000, ""),
-				c.WriteClose(1000, string(repeat("x", 124))),
-				c.WriteClose(1000, "\xff"),
-				c.WriteClose(4000, "done"),
+				c.Close(999, ""),
+				c.Close(1004, ""),
+				c.Close(1005, ""),
+				c.Close(1006, ""),
+				c.Close(1015, ""),
+				c.Close(2999, ""),
+				c.Close(5000, ""),
+				c.Close(1000, string(repeat("x", 124))),
+				c.Close(1000, "\xff"),
+				c.Close(1001, "done"),
 				c.WriteString("after close"),
-				c.WriteClose(1000, ""),
+				c.Close(1000, ""),
 			}
 		}
 		c := dialRaw(t, m.start(t, h, nil), nil)
 		got := <-errs
-		require.ErrorIs(t, got[0], ErrInvalidCloseCode)
-		require.ErrorIs(t, got[1], ErrInvalidCloseCode)
-		require.ErrorIs(t, got[2], ErrInvalidCloseCode)
-		require.ErrorIs(t, got[3], ErrControlTooLong)
-		require.ErrorIs(t, got[4], ErrInvalidUTF8)
-		require.NoError(t, got[5])
-		require.ErrorIs(t, got[6], net.ErrClosed)
-		require.ErrorIs(t, got[7], net.ErrClosed)
+		for i := range 7 {
+			require.ErrorIs(t, got[i], ErrInvalidCloseCode, "case %d", i)
+		}
+		require.ErrorIs(t, got[7], errControlTooLong)
+		require.ErrorIs(t, got[8], errInvalidUTF8)
+		require.NoError(t, got[9])
+		require.ErrorIs(t, got[10], net.ErrClosed)
+		require.ErrorIs(t, got[11], net.ErrClosed)
 		b0, p, err := c.readFrame()
 		require.NoError(t, err)
 		require.Equal(t, byte(0x88), b0)
-		require.Equal(t, closePayload(4000, "done"), p)
-		c.send(frame(0x88, closePayload(4000, "")))
-		require.Equal(t, StatusCode(4000), CloseStatus(h.waitClose(t)))
+		require.Equal(t, closePayload(1001, "done"), p)
+		c.send(frame(0x88, closePayload(1001, "")))
+		var ce *CloseError
+		require.ErrorAs(t, h.waitClose(t), &ce)
+		require.Equal(t, CloseError{Code: 1001, ByPeer: false}, *ce)
+		require.Equal(t, "gust: closed, the peer answering with 1001 GoingAway", ce.Error())
 	})
+}
+
+// TestEveryWireCodeReachesTheClient has the server close with codes that
+// only a server sends (1001 going away, 1008 policy, 1011 internal error,
+// 1012–1014) and an application code, each received by gust's client.
+func TestEveryWireCodeReachesTheClient(t *testing.T) {
+	for _, code := range []StatusCode{1000, 1001, 1002, 1003, 1007, 1008, 1009, 1010, 1011, 1012, 1013, 1014, 3000, 4008, 4999} {
+		t.Run(code.String(), func(t *testing.T) {
+			h := newFuncHandler()
+			h.open = func(c *Conn) { c.Close(code, "why") }
+			addr := startServer(t, h, nil)
+			in := newDialRecorder()
+			c, _, err := Dial(testContext(t), "ws://"+addr, in, nil)
+			require.NoError(t, err)
+			runClient(t, c)
+			var ce *CloseError
+			require.ErrorAs(t, in.waitClose(t), &ce)
+			require.Equal(t, CloseError{Code: code, Reason: "why", ByPeer: true}, *ce)
+			require.ErrorAs(t, h.waitClose(t), &ce)
+			require.Equal(t, CloseError{Code: code, ByPeer: false}, *ce)
+		})
+	}
+}
+
+func TestCloseNowCutsAtOnce(t *testing.T) {
+	h := newOpenHandler()
+	addr := startServer(t, h, &Options{WriteTimeout: time.Hour})
+	raw := dialRaw(t, addr, nil) // never reads
+	c := h.waitOpen(t)
+	big := make([]byte, 1<<20)
+	failed := blockWrites(t, func() error { return c.WriteMessage(OpBinary, big) })
+	require.NoError(t, c.CloseNow())
+	require.Error(t, <-failed)
+	err := waitErr(t, h.closed)
+	require.ErrorIs(t, err, net.ErrClosed)
+	require.Contains(t, err.Error(), "CloseNow")
+	require.ErrorIs(t, c.CloseNow(), net.ErrClosed)
+	raw.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err = io.Copy(io.Discard, raw.br) // what was sent, then the end: no close frame needed
+	require.True(t, err == nil || isReset(err), "read: %v", err)
 }
 
 func TestCloseTimeoutWhenPeerNeverAnswers(t *testing.T) {
 	h := newFuncHandler()
-	h.open = func(c *Conn) { c.WriteClose(1000, "") }
+	h.open = func(c *Conn) { c.Close(1000, "") }
 	c := dialRaw(t, startServer(t, h, &Options{CloseTimeout: 100 * time.Millisecond}), nil)
 	_ = c
 	err := h.waitClose(t)
@@ -93,14 +141,14 @@ func TestWriteValidation(t *testing.T) {
 	h := newFuncHandler()
 	errs := make(chan []error, 1)
 	h.open = func(c *Conn) {
-		errs <- []error{c.WriteMessage(OpPing, nil), c.WritePing(make([]byte, 126)), c.WritePong(make([]byte, 126)),
-			c.WriteAsync(OpClose, nil, nil)}
+		errs <- []error{c.WriteMessage(opPing, nil), c.WritePing(make([]byte, 126)), c.WritePong(make([]byte, 126)),
+			c.WriteAsync(opClose, nil, nil)}
 	}
 	dialRaw(t, startServer(t, h, nil), nil)
 	got := <-errs
 	require.Error(t, got[0])
-	require.ErrorIs(t, got[1], ErrControlTooLong)
-	require.ErrorIs(t, got[2], ErrControlTooLong)
+	require.ErrorIs(t, got[1], errControlTooLong)
+	require.ErrorIs(t, got[2], errControlTooLong)
 	require.Error(t, got[3])
 }
 
@@ -122,29 +170,28 @@ type pingRecorder struct {
 }
 
 func (h *pingRecorder) OnOpen(c *Conn) {
-	c.Session().Store("user", "ann")
+	c.Set("user", "ann")
 }
 
 func (h *pingRecorder) OnPong(c *Conn, p []byte) {
-	v, _ := c.Session().Load("user")
+	v, _ := c.Get("user")
 	h.pongs <- v.(string) + ":" + string(p)
 }
 
-func TestSession(t *testing.T) {
-	var s Session
-	_, ok := s.Load("a")
+func TestConnValues(t *testing.T) {
+	c := newConn(plainConn{}, newConfig(Options{}, true), BuiltinEventHandler{}, true, nil, "")
+	_, ok := c.Get("a")
 	require.False(t, ok)
-	s.Store("a", 1)
-	s.Store("b", 2)
-	v, ok := s.Load("a")
+	c.Set("a", 1)
+	c.Set("b", 2)
+	v, ok := c.Get("a")
 	require.True(t, ok)
 	require.Equal(t, 1, v)
-	n := 0
-	s.Range(func(string, any) bool { n++; return false })
-	require.Equal(t, 1, n)
-	s.Delete("a")
-	_, ok = s.Load("a")
+	c.Delete("a")
+	_, ok = c.Get("a")
 	require.False(t, ok)
+	v, _ = c.Get("b")
+	require.Equal(t, 2, v)
 }
 
 func TestPanicInCallbackClosesWith1011(t *testing.T) {
@@ -153,16 +200,20 @@ func TestPanicInCallbackClosesWith1011(t *testing.T) {
 			h := newFuncHandler()
 			h.message = func(c *Conn, m *Message) { panic("boom") }
 			var logged safeBuffer
-			opts := &Options{ParallelEnabled: parallel, ErrorLog: newLogger(&logged)}
+			opts := &Options{ErrorLog: newLogger(&logged)}
+			if parallel {
+				opts.Parallel = 8
+			}
 			c := dialRaw(t, m.start(t, h, opts), nil)
 			c.send(frame(0x81, []byte("x")))
 			b0, p, err := c.readFrame()
 			require.NoError(t, err)
 			require.Equal(t, byte(0x88), b0)
 			require.Equal(t, StatusInternalError, StatusCode(uint16(p[0])<<8|uint16(p[1])))
-			var pe *ProtocolError
+			var pe *PanicError
 			require.ErrorAs(t, h.waitClose(t), &pe)
-			require.Equal(t, StatusInternalError, pe.Code)
+			require.Equal(t, "boom", pe.Value)
+			require.Contains(t, string(pe.Stack), "panic")
 			require.Contains(t, logged.String(), "boom")
 		}
 	})
@@ -185,13 +236,13 @@ func TestParallelHandlesConcurrently(t *testing.T) {
 		c.WriteMessage(m.Opcode, m.Data)
 		m.Close()
 	}
-	c := dialRaw(t, startServer(t, h, &Options{ParallelEnabled: true, ParallelLimit: 3}), nil)
+	c := dialRaw(t, startServer(t, h, &Options{Parallel: 3}), nil)
 	for i := 0; i < 6; i++ {
 		c.send(frame(0x81, []byte("m")))
 	}
 	require.Eventually(t, func() bool { return peak.Load() == 3 }, 5*time.Second, time.Millisecond)
 	time.Sleep(50 * time.Millisecond)
-	require.Equal(t, int32(3), peak.Load(), "ParallelLimit bounds the handlers in flight")
+	require.Equal(t, int32(3), peak.Load(), "Options.Parallel bounds the handlers in flight")
 	close(release)
 	for i := 0; i < 6; i++ {
 		c.expectMessage(OpText, []byte("m"))
@@ -252,7 +303,7 @@ func TestWriteAsyncDelivers(t *testing.T) {
 
 func TestShutdownSendsGoingAway(t *testing.T) {
 	h := newEcho()
-	s := NewServer(h, nil)
+	s := newServer(h, nil)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	served := make(chan error, 1)
@@ -278,7 +329,7 @@ func TestShutdownSendsGoingAway(t *testing.T) {
 
 func TestShutdownContextCutsSilentPeers(t *testing.T) {
 	h := newEcho()
-	s := NewServer(h, nil)
+	s := newServer(h, nil)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	go s.Serve(ln)
@@ -297,7 +348,7 @@ func TestStatusCodeString(t *testing.T) {
 	require.Contains(t, (&CloseError{Code: 1000}).Error(), "1000")
 	require.Contains(t, (&CloseError{Code: 4000, Reason: "r"}).Error(), `"r"`)
 	require.Contains(t, (&ProtocolError{Code: 1002, Reason: "bad"}).Error(), "bad")
-	for _, op := range []Opcode{OpContinuation, OpText, OpBinary, OpClose, OpPing, OpPong, 5} {
+	for _, op := range []Opcode{opContinuation, OpText, OpBinary, opClose, opPing, opPong, 5} {
 		require.NotEmpty(t, op.String())
 	}
 }

@@ -139,7 +139,7 @@ func readWire(t *testing.T, r io.Reader) (wireFrame, [4]byte) {
 func TestClientSideConnMasksWritesAndReadsUnmaskedFrames(t *testing.T) {
 	peer, nc := tcpPair(t)
 	h := newCovHandler()
-	c := newConn(nc, newConfig(&Options{ReadBufferSize: 512, WriteBufferSize: 1024}), h, false, nil, "")
+	c := newConn(nc, newConfig(Options{ReadBufferSize: 512, WriteBufferSize: 1024}, false), h, false, nil, "")
 	go c.ReadLoop()
 
 	big := bytes.Repeat([]byte("0123456789abcdef"), 100<<10/16) // 100 KiB: masked through a pooled buffer
@@ -207,7 +207,7 @@ func TestClientSideConnMasksWritesAndReadsUnmaskedFrames(t *testing.T) {
 func TestClientSideConnAnswersAndEndsOnClose(t *testing.T) {
 	peer, nc := tcpPair(t)
 	h := newCovHandler()
-	c := newConn(plainConn{nc}, newConfig(nil), h, false, nil, "")
+	c := newConn(plainConn{nc}, newConfig(Options{}, true), h, false, nil, "")
 	go c.ReadLoop()
 	_, err := peer.Write(append(encodeFrame(0x89, []byte("hb"), false), encodeFrame(0x88, closePayload(StatusGoingAway, "bye"), false)...))
 	require.NoError(t, err)
@@ -220,13 +220,13 @@ func TestClientSideConnAnswersAndEndsOnClose(t *testing.T) {
 	require.Equal(t, closePayload(StatusGoingAway, ""), f.payload)
 	var ce *CloseError
 	require.ErrorAs(t, h.waitClose(t), &ce)
-	require.Equal(t, CloseError{Code: StatusGoingAway, Reason: "bye"}, *ce)
+	require.Equal(t, CloseError{Code: StatusGoingAway, Reason: "bye", ByPeer: true}, *ce)
 }
 
 func TestCorkedWritesFlushWhenTheBufferFills(t *testing.T) {
 	h := newCovHandler()
 	opts := &Options{WriteBufferSize: 1024}
-	srv := NewServer(&corkFiller{h}, opts)
+	srv := newServer(&corkFiller{h}, opts)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	go srv.Serve(ln)
@@ -295,7 +295,7 @@ func TestConnAccessorsAndDeadlines(t *testing.T) {
 				},
 			}
 		}
-		addr := m.start(t, h, &Options{Subprotocols: []string{"chat"}})
+		addr := m.serve(t, h, nil, func(u *Upgrader) { u.Subprotocols = []string{"chat"} })
 		c := dialRaw(t, addr, nil, "Sec-WebSocket-Protocol: chat")
 		s := <-got
 		require.NoError(t, errors.Join(s.errs...))
@@ -342,7 +342,7 @@ func TestReadLoopRunsOnce(t *testing.T) {
 	h := newCovHandler()
 	var c *Conn
 	h.open = func(c *Conn) { c.ReadLoop() } // returns at once: the loop is running
-	c = newConn(nc, newConfig(nil), h, true, nil, "")
+	c = newConn(nc, newConfig(Options{}, true), h, true, nil, "")
 	done := make(chan struct{})
 	go func() { c.ReadLoop(); close(done) }()
 	_, err := peer.Write(frame(0x82, []byte("x")))
@@ -377,7 +377,7 @@ func TestWriteErrorsReachOnClose(t *testing.T) {
 			if wrap {
 				conn = plainConn{nc} // reads through net.Conn.Read, not the netpoller
 			}
-			c := newConn(conn, newConfig(nil), &lateWriter{h}, true, nil, "")
+			c := newConn(conn, newConfig(Options{}, true), &lateWriter{h}, true, nil, "")
 			go c.ReadLoop()
 			_, err := peer.Write(frame(0x81, []byte("x")))
 			require.NoError(t, err)
@@ -400,7 +400,7 @@ func (h *lateWriter) OnMessage(c *Conn, m *Message) {
 
 func TestMessagesAfterOurCloseAreDropped(t *testing.T) {
 	h := newCovHandler()
-	h.open = func(c *Conn) { c.WriteClose(StatusNormalClosure, "") }
+	h.open = func(c *Conn) { c.Close(StatusNormalClosure, "") }
 	c := dialRaw(t, startServer(t, h, nil), nil)
 	b0, _, err := c.readFrame()
 	require.NoError(t, err)
@@ -412,7 +412,7 @@ func TestMessagesAfterOurCloseAreDropped(t *testing.T) {
 
 func TestProtocolErrorAfterOurClose(t *testing.T) {
 	h := newCovHandler()
-	h.open = func(c *Conn) { c.WriteClose(4000, "bye") }
+	h.open = func(c *Conn) { c.Close(4000, "bye") }
 	c := dialRaw(t, startServer(t, h, nil), nil)
 	b0, p, err := c.readFrame()
 	require.NoError(t, err)
@@ -477,7 +477,7 @@ func TestEOFInsidePayloadIsUnexpected(t *testing.T) {
 // Upgrader paths.
 
 func TestUpgradeWithoutHijacker(t *testing.T) {
-	u := NewUpgrader(newCovHandler(), nil)
+	u := newUpgrader(newCovHandler(), nil)
 	r := httptest.NewRequest(http.MethodGet, "/", nil)
 	r.Header = http.Header{
 		"Upgrade": {"websocket"}, "Connection": {"Upgrade"}, "Sec-Websocket-Version": {"13"},
@@ -518,7 +518,7 @@ func TestUpgradeBehindMiddleware(t *testing.T) {
 	for _, unwrap := range []bool{true, false} {
 		t.Run(fmt.Sprintf("Unwrap=%v", unwrap), func(t *testing.T) {
 			h := newEcho()
-			u := NewUpgrader(h, nil)
+			u := newUpgrader(h, nil)
 			upgradeErr := make(chan error, 1)
 			ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				c, err := u.Upgrade(&unwrapWriter{ResponseWriter: w, unwrap: unwrap}, r)
@@ -583,7 +583,7 @@ func TestNoCommonSubprotocol(t *testing.T) {
 		h := newCovHandler()
 		proto := make(chan string, 1)
 		h.open = func(c *Conn) { proto <- c.Subprotocol() }
-		addr := m.start(t, h, &Options{Subprotocols: []string{"v2"}})
+		addr := m.serve(t, h, nil, func(u *Upgrader) { u.Subprotocols = []string{"v2"} })
 		nc, err := net.Dial("tcp", addr)
 		require.NoError(t, err)
 		defer nc.Close()
@@ -625,7 +625,7 @@ func TestServerRefusesRelativeTargetAndIgnoresHalfHeads(t *testing.T) {
 }
 
 func TestCloseDropsHandshakesInProgress(t *testing.T) {
-	s := NewServer(newCovHandler(), nil) // HandshakeTimeout 10s
+	s := newServer(newCovHandler(), nil) // HandshakeTimeout 10s
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	served := make(chan error, 1)
@@ -723,7 +723,7 @@ func (e tempError) Temporary() bool { return !e.timeout }
 
 func TestServeBacksOffOnTemporaryAcceptErrors(t *testing.T) {
 	var logged safeBuffer
-	s := NewServer(newCovHandler(), &Options{ErrorLog: newLogger(&logged)})
+	s := newServer(newCovHandler(), &Options{ErrorLog: newLogger(&logged)})
 	ln := newFakeListener(tempError{}, tempError{timeout: true}, fmt.Errorf("wrapped: %w", tempError{}))
 	served := make(chan error, 1)
 	go func() { served <- s.Serve(ln) }()
@@ -747,7 +747,7 @@ func TestServeBacksOffOnTemporaryAcceptErrors(t *testing.T) {
 
 func TestServeReturnsPermanentAcceptErrors(t *testing.T) {
 	boom := errors.New("listener broke")
-	s := NewServer(newCovHandler(), nil)
+	s := newServer(newCovHandler(), nil)
 	require.ErrorIs(t, s.Serve(newFakeListener(boom)), boom)
 }
 
@@ -800,7 +800,7 @@ func waitListening(t *testing.T, addr string, served chan error) bool {
 
 func TestListenAndServe(t *testing.T) {
 	h := newEcho()
-	s := NewServer(h, nil)
+	s := newServer(h, nil)
 	addr, served := listenAndServe(t, s, s.ListenAndServe)
 	c := dialRaw(t, addr, nil)
 	c.send(frame(0x81, []byte("plain")))
@@ -809,7 +809,7 @@ func TestListenAndServe(t *testing.T) {
 	require.ErrorIs(t, <-served, ErrServerClosed)
 	require.ErrorIs(t, h.waitClose(t), ErrServerClosed)
 
-	require.Error(t, NewServer(h, nil).ListenAndServe("127.0.0.1:-1"))
+	require.Error(t, newServer(h, nil).ListenAndServe("127.0.0.1:-1"))
 }
 
 // selfSigned writes a certificate for 127.0.0.1 and its key to dir.
@@ -850,16 +850,16 @@ func TestListenAndServeTLS(t *testing.T) {
 		t.Run(fmt.Sprintf("TLSConfig=%v", viaConfig), func(t *testing.T) {
 			h := newEcho()
 			var sawTLS atomic.Bool
-			opts := &Options{CheckOrigin: func(r *http.Request) bool {
+			s := newServer(h, nil)
+			s.CheckOrigin = func(r *http.Request) bool {
 				sawTLS.Store(r.TLS != nil && r.TLS.HandshakeComplete)
 				return true
-			}}
+			}
 			cf, kf := certFile, keyFile
 			if viaConfig {
-				opts.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}}
+				s.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}}
 				cf, kf = "", ""
 			}
-			s := NewServer(h, opts)
 			addr, served := listenAndServe(t, s, func(addr string) error { return s.ListenAndServeTLS(addr, cf, kf) })
 
 			tc, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"})
@@ -883,7 +883,7 @@ func TestListenAndServeTLS(t *testing.T) {
 			require.ErrorIs(t, <-served, ErrServerClosed)
 		})
 	}
-	s := NewServer(newEcho(), nil)
+	s := newServer(newEcho(), nil)
 	require.ErrorIs(t, s.ListenAndServeTLS("127.0.0.1:0", filepath.Join(t.TempDir(), "missing.pem"), keyFile), os.ErrNotExist)
 	require.Error(t, s.ListenAndServeTLS("127.0.0.1:-1", certFile, keyFile))
 }
@@ -895,7 +895,7 @@ func TestListenAndServeTLS(t *testing.T) {
 // wait for the connections.
 func TestCloseWhileAcceptingAConnection(t *testing.T) {
 	h := newCovHandler()
-	s := NewServer(h, nil)
+	s := newServer(h, nil)
 	ln := newFakeListener()
 	peer, nc := tcpPair(t)
 	ln.atClose = plainConn{peer}
@@ -936,7 +936,7 @@ func TestLargeServerFramesGoOutWholeThroughTheWriteBuffer(t *testing.T) {
 	for _, size := range []int{1024, 4096, 64 << 10} {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
 			h := newCovHandler()
-			srv := NewServer(&patternWriter{h}, &Options{WriteBufferSize: size})
+			srv := newServer(&patternWriter{h}, &Options{WriteBufferSize: size})
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			require.NoError(t, err)
 			go srv.Serve(ln)

@@ -3,8 +3,8 @@
 //
 // A connection is a [*Conn]. It comes from an [Upgrader] inside a net/http
 // handler, from a [Server] that runs its own accept loop and handshake
-// parser on any net.Listener, or from [Dial] and [NewClientFromConn] on the
-// client side: the same type, with masked writes. The Upgrader also answers
+// parser on any net.Listener, or from [Dial] on the client side: the same
+// type, with masked writes. The Upgrader also answers
 // WebSockets over HTTP/2 (RFC 8441), and Dial can open them. Each Conn reports what happens to it through an
 // [Event] handler: OnOpen once, then OnMessage, OnPing and OnPong as frames
 // arrive, and exactly one OnClose at the end, whatever ended the connection.

@@ -2,7 +2,7 @@ package gust
 
 // Event receives what happens on a connection. Its methods are called from
 // the goroutine that runs [Conn.ReadLoop], one at a time (unless
-// [Options.ParallelEnabled] is set, which moves OnMessage calls to a bounded
+// [Options.Parallel] is set, which moves OnMessage calls to a bounded
 // set of short-lived goroutines).
 //
 // The lifecycle is: OnOpen once; OnMessage, OnPing and OnPong any number of

@@ -52,7 +52,7 @@ func dial(url string, in *inbox) *gust.Conn {
 }
 
 func ExampleUpgrader() {
-	u := gust.NewUpgrader(echo{}, nil)
+	u := &gust.Upgrader{Handler: echo{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/ws", func(w http.ResponseWriter, r *http.Request) {
 		c, err := u.Upgrade(w, r)
@@ -71,7 +71,7 @@ func ExampleUpgrader() {
 	client := dial("ws"+strings.TrimPrefix(srv.URL, "http")+"/ws", in)
 	client.WriteString("hello")
 	fmt.Println(<-in.messages)
-	client.WriteClose(gust.StatusNormalClosure, "")
+	client.Close(gust.StatusNormalClosure, "")
 	fmt.Println("closed:", gust.CloseStatus(<-in.closed)) // the server's answer
 	// Output:
 	// hello
@@ -79,7 +79,10 @@ func ExampleUpgrader() {
 }
 
 func ExampleServer() {
-	srv := gust.NewServer(echo{}, &gust.Options{MaxMessageSize: 1 << 20})
+	srv := &gust.Server{Upgrader: gust.Upgrader{
+		Handler: echo{},
+		Options: gust.Options{MaxMessageSize: 1 << 20},
+	}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0") // or srv.ListenAndServe(":8080")
 	if err != nil {
 		log.Fatal(err)
@@ -118,13 +121,13 @@ func (g greeter) OnOpen(c *gust.Conn) {
 		g.written <- err // called from the writing goroutine once the frame is sent
 	})
 	if errors.Is(err, gust.ErrQueueFull) {
-		c.WriteClose(4008, "too slow") // the peer reads slower than we write
+		c.Close(4008, "too slow") // the peer reads slower than we write
 	}
 }
 
 func ExampleConn_WriteAsync() {
 	g := greeter{written: make(chan error, 1)}
-	srv := gust.NewServer(g, &gust.Options{WriteQueueSize: 64})
+	srv := &gust.Server{Upgrader: gust.Upgrader{Handler: g, Options: gust.Options{WriteQueueSize: 64}}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		log.Fatal(err)
@@ -136,7 +139,7 @@ func ExampleConn_WriteAsync() {
 	client := dial("ws://"+ln.Addr().String(), in)
 	fmt.Println(<-in.messages)
 	fmt.Println("write result:", <-g.written)
-	client.WriteClose(gust.StatusNormalClosure, "")
+	client.Close(gust.StatusNormalClosure, "")
 	<-in.closed
 	// Output:
 	// welcome
@@ -157,13 +160,13 @@ func (s sessions) OnClose(c *gust.Conn, err error) {
 	case 4000:
 		fmt.Println("user logged out")
 	default:
-		fmt.Println("peer closed with", code)
+		fmt.Println("closed with", code)
 	}
 }
 
 func ExampleCloseStatus() {
 	s := sessions{ended: make(chan struct{})}
-	srv := gust.NewServer(s, nil)
+	srv := &gust.Server{Upgrader: gust.Upgrader{Handler: s}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		log.Fatal(err)
@@ -173,7 +176,7 @@ func ExampleCloseStatus() {
 
 	in := newInbox()
 	client := dial("ws://"+ln.Addr().String(), in)
-	client.WriteClose(4000, "logout")
+	client.Close(4000, "logout")
 	<-s.ended
 	fmt.Println("the server answered with", gust.CloseStatus(<-in.closed))
 	// Output:
@@ -184,7 +187,10 @@ func ExampleCloseStatus() {
 // ExampleDial connects gust's client to an echo server, with compression
 // offered, and waits for the echo.
 func ExampleDial() {
-	upgrader := gust.NewUpgrader(echo{}, &gust.Options{Compression: gust.CompressionOptions{Enabled: true}})
+	upgrader := &gust.Upgrader{
+		Handler: echo{},
+		Options: gust.Options{Compression: gust.CompressionOptions{Enabled: true}},
+	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if c, err := upgrader.Upgrade(w, r); err == nil {
 			c.ReadLoop()
@@ -201,7 +207,7 @@ func ExampleDial() {
 	go c.ReadLoop()
 	c.WriteString("hello")
 	fmt.Println(<-in.messages, c.Compressed())
-	c.WriteClose(gust.StatusNormalClosure, "")
+	c.Close(gust.StatusNormalClosure, "")
 	<-in.closed
 	// Output: hello true
 }

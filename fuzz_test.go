@@ -152,7 +152,7 @@ func runFuzzConn(t *testing.T, in []byte, seed uint64, opts Options) (*fuzzRecor
 	h := &fuzzRecorder{t: t}
 	opts.MaxMessageSize = fuzzMaxMessage
 	opts.DisableRecovery = true // a panic must reach the fuzzer, not become a 1011
-	c := newConn(fc, newConfig(&opts), h, true, nil, "")
+	c := newConn(fc, newConfig(opts, true), h, true, nil, "")
 	c.ReadLoop()
 	require.Equal(t, 1, h.opens, "OnOpen calls")
 	require.Equal(t, 1, h.closes, "OnClose calls")
@@ -181,9 +181,9 @@ func FuzzReadFrames(f *testing.F) {
 			require.False(t, fr.masked, "server frames are not masked")
 			require.Equal(t, byte(0x80), fr.b0&0xf0, "FIN set, RSV bits clear")
 			switch Opcode(fr.b0 & 0x0f) {
-			case OpPong:
+			case opPong:
 				pongs = append(pongs, fr.payload)
-			case OpClose:
+			case opClose:
 				closes = append(closes, fr)
 			default:
 				t.Fatalf("the Conn sent an unprompted frame %#x", fr.b0)

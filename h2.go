@@ -14,7 +14,7 @@ import (
 // of the HTTP/2 stream: frames are read from the request body and written
 // to the ResponseWriter, flushed once per corked batch so that a batch
 // leaves in as few DATA frames as flow control allows.
-func (u *Upgrader) upgradeH2(w http.ResponseWriter, r *http.Request, hs handshakeResult) (*Conn, error) {
+func (u *Upgrader) upgradeH2(w http.ResponseWriter, r *http.Request, cfg *config, hs handshakeResult) (*Conn, error) {
 	h := w.Header()
 	if hs.subprotocol != "" {
 		h.Set("Sec-WebSocket-Protocol", hs.subprotocol)
@@ -22,7 +22,7 @@ func (u *Upgrader) upgradeH2(w http.ResponseWriter, r *http.Request, hs handshak
 	if hs.deflate != nil {
 		h.Set("Sec-WebSocket-Extensions", hs.deflate.String())
 	}
-	for k, v := range u.cfg.ResponseHeader {
+	for k, v := range cfg.ResponseHeader {
 		h[k] = append(h[k], v...)
 	}
 	w.WriteHeader(http.StatusOK)
@@ -35,7 +35,7 @@ func (u *Upgrader) upgradeH2(w http.ResponseWriter, r *http.Request, hs handshak
 	if la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
 		s.local = la
 	}
-	return newServerConn(s, u.cfg, u.handler, nil, hs), nil
+	return newServerConn(s, cfg, u.handler(), nil, hs), nil
 }
 
 // h2Stream is a net.Conn over one HTTP/2 stream of a handler. Writes come

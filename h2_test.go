@@ -72,7 +72,15 @@ func (l countingListener) Accept() (net.Conn, error) {
 // that dialRaw recognises.
 func startH2(t *testing.T, h Event, opts *Options) string {
 	t.Helper()
-	u := NewUpgrader(h, opts)
+	return serveH2(t, h, opts, nil)
+}
+
+func serveH2(t *testing.T, h Event, opts *Options, set func(*Upgrader)) string {
+	t.Helper()
+	u := newUpgrader(h, opts)
+	if set != nil {
+		set(u)
+	}
 	srv := &h2Server{}
 	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ProtoMajor != 2 {
@@ -147,7 +155,7 @@ func dialH2(t *testing.T, addr string, after []byte, headers ...string) *rawClie
 	return c
 }
 
-var h2Mode = serverMode{"h2", startH2}
+var h2Mode = serverMode{"h2", serveH2}
 
 // frameModes are the ways to reach a gust server that frame-level tests
 // run over: both HTTP/1.1 paths and an HTTP/2 stream.
@@ -211,7 +219,7 @@ func TestH2RefusesPlainRequests(t *testing.T) {
 	addr := startH2(t, h, nil)
 	v, _ := h2Servers.Load(addr)
 	srv := v.(*h2Server)
-	u := NewUpgrader(h, nil)
+	u := newUpgrader(h, nil)
 	for _, tt := range []struct {
 		method, protocol string
 		status           int

@@ -75,7 +75,7 @@ func blockWrites(t *testing.T, write func() error) <-chan error {
 
 func TestShutdownReturnsByItsDeadlineWithAPeerThatNeverReads(t *testing.T) {
 	h := newOpenHandler()
-	s := NewServer(h, &Options{WriteTimeout: time.Hour}) // only ctx can end the stalled write
+	s := newServer(h, &Options{WriteTimeout: time.Hour}) // only ctx can end the stalled write
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	served := make(chan error, 1)
@@ -362,7 +362,7 @@ func (l plainListener) Accept() (net.Conn, error) {
 
 func TestWriteTimeoutOnAConnWithoutSyscallConn(t *testing.T) {
 	h := newOpenHandler()
-	s := NewServer(h, &Options{WriteTimeout: 300 * time.Millisecond})
+	s := newServer(h, &Options{WriteTimeout: 300 * time.Millisecond})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	served := make(chan error, 1)

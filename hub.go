@@ -298,7 +298,7 @@ func (h *Hub) remove(r *receiver) {
 // topics, for example a "left" notice, without sending it to the closed
 // connection). Use it when making the Upgrader, Server or client:
 //
-//	srv := gust.NewServer(hub.Wrap(handler), nil)
+//	srv := &gust.Server{Upgrader: gust.Upgrader{Handler: hub.Wrap(handler)}}
 func (h *Hub) Wrap(next Event) Event {
 	if next == nil {
 		next = BuiltinEventHandler{}

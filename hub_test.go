@@ -86,7 +86,10 @@ func startHubServer(t *testing.T, cfg serverConfig) *hubServer {
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	srv := gust.NewServer(h, cfg.opts)
+	srv := &gust.Server{Upgrader: gust.Upgrader{Handler: h}}
+	if cfg.opts != nil {
+		srv.Options = *cfg.opts
+	}
 	go srv.Serve(sndbufListener{ln, cfg.sndbuf})
 	t.Cleanup(func() { srv.Close() })
 	s.url = "ws://" + ln.Addr().String() + "/"
@@ -261,7 +264,7 @@ func TestHubTopics(t *testing.T) {
 			require.Zero(t, st.Pending)
 
 			// A connection that closes leaves the Hub (Wrap's OnClose).
-			a.conn.WriteClose(gust.StatusNormalClosure, "")
+			a.conn.Close(gust.StatusNormalClosure, "")
 			<-a.closed
 			a.closed <- nil // for the cleanup
 			waitFor(t, "a to leave", 5*time.Second, func() bool { return hub.Stats().Connections == 2 })
@@ -284,7 +287,7 @@ func TestHubWithoutWrap(t *testing.T) {
 	c2 := dialHub(t, s.url, 0, false, true)
 	waitFor(t, "2 connections", 5*time.Second, func() bool { return hub.Stats().Connections == 2 })
 
-	c1.conn.WriteClose(gust.StatusNormalClosure, "")
+	c1.conn.Close(gust.StatusNormalClosure, "")
 	<-c1.closed
 	c1.closed <- nil
 	<-s.done
@@ -306,7 +309,7 @@ func TestHubWithoutWrap(t *testing.T) {
 func TestHubRejectsBadOpcode(t *testing.T) {
 	hub, err := gust.NewHub(nil)
 	require.NoError(t, err)
-	require.Error(t, hub.Publish("t", gust.OpPing, nil))
+	require.Error(t, hub.Publish("t", gust.Opcode(9), nil))
 	_, err = gust.NewHub(&gust.HubOptions{Policy: 7})
 	require.Error(t, err)
 	require.Equal(t, "DropOldest", gust.DropOldest.String())
@@ -486,7 +489,7 @@ func ExampleHub() {
 	if err != nil {
 		panic(err)
 	}
-	srv := gust.NewServer(hub.Wrap(roomHandler{hub: hub}), nil)
+	srv := &gust.Server{Upgrader: gust.Upgrader{Handler: hub.Wrap(roomHandler{hub: hub})}}
 	go srv.ListenAndServe("127.0.0.1:0")
 	defer srv.Close()
 

@@ -7,34 +7,40 @@ import (
 	"github.com/gustws/gust/internal/bufpool"
 )
 
-// Opcode is a WebSocket frame opcode (RFC 6455 §5.2).
+// Opcode is the type of a data message (RFC 6455 §5.2): the two a user
+// passes and receives are exported. Control frames have methods and
+// callbacks of their own (WritePing, OnPong, Close, ...).
 type Opcode uint8
 
-// The opcodes RFC 6455 defines. Messages are OpText or OpBinary.
+// The data opcodes.
 const (
-	OpContinuation Opcode = 0x0
-	OpText         Opcode = 0x1
-	OpBinary       Opcode = 0x2
-	OpClose        Opcode = 0x8
-	OpPing         Opcode = 0x9
-	OpPong         Opcode = 0xA
+	OpText   Opcode = 0x1
+	OpBinary Opcode = 0x2
+)
+
+// The other opcodes RFC 6455 defines, which gust handles itself.
+const (
+	opContinuation Opcode = 0x0
+	opClose        Opcode = 0x8
+	opPing         Opcode = 0x9
+	opPong         Opcode = 0xA
 )
 
 func (op Opcode) isControl() bool { return op&0x8 != 0 }
 
 func (op Opcode) String() string {
 	switch op {
-	case OpContinuation:
+	case opContinuation:
 		return "continuation"
 	case OpText:
 		return "text"
 	case OpBinary:
 		return "binary"
-	case OpClose:
+	case opClose:
 		return "close"
-	case OpPing:
+	case opPing:
 		return "ping"
-	case OpPong:
+	case opPong:
 		return "pong"
 	}
 	return "reserved"

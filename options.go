@@ -7,9 +7,11 @@ import (
 	"time"
 )
 
-// Options configures connections, on the server side ([Upgrader], [Server])
-// and on the client side. The zero value is valid, and a nil *Options means
-// the zero value: every field documents the default it stands for.
+// Options configures a connection, whichever side made it: an [Upgrader]
+// or a [Server] (Upgrader.Options) or [Dial] (DialOptions.Options). What
+// only a server's handshake needs is on the Upgrader and the Server; what
+// only dialing needs is on DialOptions. The zero value is valid: every
+// field documents the default it stands for.
 type Options struct {
 	// ReadBufferSize is the size of the buffer a connection reads into while
 	// bytes are arriving. Default 64 KiB. Memory: one buffer per connection
@@ -35,16 +37,11 @@ type Options struct {
 	// invalid byte arrives.
 	SkipUTF8Validation bool
 
-	// ParallelEnabled moves OnMessage calls off the read goroutine, onto at
-	// most ParallelLimit short-lived goroutines per connection; messages may
-	// then be handled out of order. Default false: OnMessage runs on the read
-	// goroutine, in order.
-	ParallelEnabled bool
-
-	// ParallelLimit bounds the OnMessage calls in flight per connection when
-	// ParallelEnabled is set; the read loop waits when it is reached.
-	// Default 8.
-	ParallelLimit int
+	// Parallel, when positive, moves OnMessage calls off the read
+	// goroutine, onto at most Parallel short-lived goroutines per
+	// connection; messages may then be handled out of order, and writes are
+	// not corked. Default 0: OnMessage runs on the read goroutine, in order.
+	Parallel int
 
 	// WriteQueueSize bounds the messages WriteAsync may hold per connection;
 	// past it WriteAsync returns ErrQueueFull. Default 256.
@@ -77,44 +74,8 @@ type Options struct {
 	// package's standard logger.
 	ErrorLog *log.Logger
 
-	// Subprotocols lists the subprotocols a server supports, in order of
-	// preference; the first one the client also offers is selected. On the
-	// client side (Dial) it is the list offered, in order of preference.
-	// Default none: no Sec-WebSocket-Protocol.
-	Subprotocols []string
-
-	// ResponseHeader is added to every handshake response a server sends
-	// (for example Set-Cookie). Server side only. Default none.
-	ResponseHeader http.Header
-
-	// CheckOrigin decides whether a server accepts a handshake, from the
-	// request's Origin; a false answer refuses it with 403. Default: accept
-	// requests without an Origin header (non-browser clients) and requests
-	// whose Origin host equals the Host header (same-origin browsers).
-	// Server side only.
-	CheckOrigin func(r *http.Request) bool
-
-	// HandshakeTimeout bounds the time a Server waits for a complete
-	// handshake request after accepting a connection, the time an Upgrader
-	// takes to write its response, and on the client side the whole of
-	// Dial (connect, proxy, TLS and handshake). Default 10s.
-	HandshakeTimeout time.Duration
-
-	// MaxHeaderBytes bounds the size of a handshake request head a Server
-	// reads (a larger one is refused with 431), and on the client side the
-	// size of the response head. Default 16 KiB. A Server's pending
-	// handshake holds a 512-byte buffer that doubles as the head arrives,
-	// up to MaxHeaderBytes.
-	MaxHeaderBytes int
-
 	// Compression configures permessage-deflate (RFC 7692). Default: off.
 	Compression CompressionOptions
-
-	// TLSConfig is used by Server.ListenAndServeTLS, and by Dial for wss://
-	// URLs (a copy: ServerName defaults to the URL's host, and NextProtos
-	// is set by Dial). Default nil: a config with the certificate files
-	// given to ListenAndServeTLS; the system roots for Dial.
-	TLSConfig *tls.Config
 }
 
 // Defaults for the Options fields.
@@ -122,7 +83,6 @@ const (
 	defaultReadBufferSize   = 64 << 10
 	defaultWriteBufferSize  = 64 << 10
 	defaultMaxMessageSize   = 16 << 20
-	defaultParallelLimit    = 8
 	defaultWriteQueueSize   = 256
 	defaultCloseTimeout     = 5 * time.Second
 	defaultWriteTimeout     = 10 * time.Second
@@ -130,17 +90,26 @@ const (
 	defaultMaxHeaderBytes   = 16 << 10
 )
 
-// config is Options with the defaults filled in, shared by every connection
-// an Upgrader, Server or Dial makes.
+// config is Options with the defaults filled in, with what a server's
+// handshake or a dial needs besides, shared by every connection an
+// Upgrader, a Server or a dial makes.
 type config struct {
 	Options
+	deflate deflateConfig // Compression, from this side
+
+	// the handshake
+	Subprotocols     []string // offered (client) or supported (server), in order of preference
+	ResponseHeader   http.Header
+	CheckOrigin      func(r *http.Request) bool
+	HandshakeTimeout time.Duration
+	MaxHeaderBytes   int
+	TLSConfig        *tls.Config
 }
 
-func newConfig(o *Options) *config {
-	c := &config{}
-	if o != nil {
-		c.Options = *o
-	}
+// newConfig fills in the defaults of o for connections on the server
+// (server true) or the client side.
+func newConfig(o Options, server bool) *config {
+	c := &config{Options: o}
 	if c.ReadBufferSize <= 0 {
 		c.ReadBufferSize = defaultReadBufferSize
 	}
@@ -150,8 +119,8 @@ func newConfig(o *Options) *config {
 	if c.MaxMessageSize == 0 {
 		c.MaxMessageSize = defaultMaxMessageSize
 	}
-	if c.ParallelLimit <= 0 {
-		c.ParallelLimit = defaultParallelLimit
+	if c.Parallel < 0 {
+		c.Parallel = 0
 	}
 	if c.WriteQueueSize <= 0 {
 		c.WriteQueueSize = defaultWriteQueueSize
@@ -165,12 +134,19 @@ func newConfig(o *Options) *config {
 	if c.ErrorLog == nil {
 		c.ErrorLog = log.Default()
 	}
-	if c.HandshakeTimeout <= 0 {
-		c.HandshakeTimeout = defaultHandshakeTimeout
+	c.deflate = c.Compression.rfc(server)
+	c.HandshakeTimeout = defaultHandshakeTimeout
+	c.MaxHeaderBytes = defaultMaxHeaderBytes
+	return c
+}
+
+// withHandshake sets the handshake's timeout and head limit, where given.
+func (c *config) withHandshake(timeout time.Duration, maxHeaderBytes int) *config {
+	if timeout > 0 {
+		c.HandshakeTimeout = timeout
 	}
-	c.Compression.withDefaults()
-	if c.MaxHeaderBytes <= 0 {
-		c.MaxHeaderBytes = defaultMaxHeaderBytes
+	if maxHeaderBytes > 0 {
+		c.MaxHeaderBytes = maxHeaderBytes
 	}
 	return c
 }

@@ -348,7 +348,8 @@ func TestDialWSSThroughHTTPConnectProxy(t *testing.T) {
 	p := startTestProxy(t, map[string]string{"gust.test": "127.0.0.1"}, serveConnect)
 	var asked string
 	opts := &DialOptions{
-		Options: Options{TLSConfig: &tls.Config{RootCAs: pool}, Compression: CompressionOptions{Enabled: true}},
+		Options:   Options{Compression: CompressionOptions{Enabled: true}},
+		TLSConfig: &tls.Config{RootCAs: pool},
 		Proxy: func(r *http.Request) (*url.URL, error) {
 			asked = r.URL.Scheme
 			return p.url("http", nil), nil

@@ -151,8 +151,8 @@ func (c *Conn) readFrames() error {
 			return protocolError(StatusProtocolError, "server frame masked")
 		}
 		switch op {
-		case OpContinuation, OpText, OpBinary:
-		case OpClose, OpPing, OpPong:
+		case opContinuation, OpText, OpBinary:
+		case opClose, opPing, opPong:
 			if !fin {
 				return protocolError(StatusProtocolError, "fragmented control frame")
 			}
@@ -215,11 +215,11 @@ func (c *Conn) readControl(op Opcode, n int, key [4]byte) error {
 	c.unmask(p, (*rd.buf)[rd.r:rd.r+n], key, 0)
 	rd.r += n
 	switch op {
-	case OpPing:
+	case opPing:
 		c.handler.OnPing(c, p)
-	case OpPong:
+	case opPong:
 		c.handler.OnPong(c, p)
-	case OpClose:
+	case opClose:
 		return c.readClose(p)
 	}
 	return nil
@@ -243,6 +243,7 @@ func (c *Conn) readClose(p []byte) error {
 		ce.Reason = string(p[2:])
 	}
 	c.rd.closed = true
+	ce.ByPeer = !c.closing.Load()
 	c.writeCloseFrame(ce.Code, "")
 	return ce
 }
@@ -261,7 +262,7 @@ func (c *Conn) unmask(dst, src []byte, key [4]byte, pos int) int {
 // checking text as it arrives, and dispatches the message on its last frame.
 func (c *Conn) readData(op Opcode, fin, compressed bool, length int64, key [4]byte) error {
 	rd := &c.rd
-	if op == OpContinuation {
+	if op == opContinuation {
 		if rd.op == 0 {
 			return protocolError(StatusProtocolError, "continuation frame without a message")
 		}
@@ -385,7 +386,7 @@ func noEOF(err error) error {
 }
 
 // dispatch hands a message to OnMessage, on the read goroutine or, with
-// Options.ParallelEnabled, on a short-lived goroutine.
+// Options.Parallel, on a short-lived goroutine.
 func (c *Conn) dispatch(m *Message) {
 	if c.parallel == nil {
 		c.handler.OnMessage(c, m)

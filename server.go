@@ -22,10 +22,27 @@ import (
 // as a WebSocket handshake; use an Upgrader inside a net/http server to mix
 // WebSockets with other HTTP handlers.
 //
+// The embedded Upgrader holds the handler, the connections' Options and
+// the handshake's settings, which mean what they mean on an Upgrader. The
+// zero value is ready to use. Set the fields before the first Serve and do
+// not change them afterwards.
+//
 // Each connection runs its ReadLoop in the goroutine that accepted it.
 type Server struct {
-	handler Event
-	cfg     *config
+	Upgrader
+
+	// MaxHeaderBytes bounds the handshake request head; a larger one is
+	// refused with 431. Default 16 KiB. Memory: a pending handshake holds a
+	// 512-byte buffer that doubles as the head arrives, up to this bound.
+	MaxHeaderBytes int
+
+	// TLSConfig is used by ListenAndServeTLS (a copy, to which the
+	// certificate files are added). Default nil: a config with only those
+	// certificates.
+	TLSConfig *tls.Config
+
+	serverOnce sync.Once
+	serverCfg  *config
 
 	closing   atomic.Bool
 	mu        sync.Mutex
@@ -35,15 +52,19 @@ type Server struct {
 	wg        sync.WaitGroup        // one per accepted connection, handshake included
 }
 
-// NewServer returns a Server whose connections report to h. A nil opts
-// means the defaults.
-func NewServer(h Event, opts *Options) *Server {
-	return &Server{
-		handler:   h,
-		cfg:       newConfig(opts),
-		listeners: make(map[net.Listener]struct{}),
-		conns:     make(map[*Conn]struct{}),
-		pending:   make(map[net.Conn]struct{}),
+// config returns the Server's settings with the defaults filled in, made
+// on first use.
+func (s *Server) config() *config {
+	s.serverOnce.Do(func() { s.serverCfg = s.Upgrader.newConfig(s.MaxHeaderBytes, s.TLSConfig) })
+	return s.serverCfg
+}
+
+// initLocked makes the Server's maps; the caller holds mu.
+func (s *Server) initLocked() {
+	if s.conns == nil {
+		s.listeners = make(map[net.Listener]struct{})
+		s.conns = make(map[*Conn]struct{})
+		s.pending = make(map[net.Conn]struct{})
 	}
 }
 
@@ -67,8 +88,8 @@ func (s *Server) ListenAndServeTLS(addr, certFile, keyFile string) error {
 		return ErrServerClosed
 	}
 	cfg := &tls.Config{}
-	if s.cfg.TLSConfig != nil {
-		cfg = s.cfg.TLSConfig.Clone()
+	if s.TLSConfig != nil {
+		cfg = s.TLSConfig.Clone()
 	}
 	if certFile != "" || keyFile != "" {
 		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
@@ -89,12 +110,14 @@ func (s *Server) ListenAndServeTLS(addr, certFile, keyFile string) error {
 // temporary. Temporary accept errors (such as running out of file
 // descriptors) are logged and retried with a growing pause.
 func (s *Server) Serve(ln net.Listener) error {
+	cfg := s.config()
 	s.mu.Lock()
 	if s.closing.Load() {
 		s.mu.Unlock()
 		ln.Close()
 		return ErrServerClosed
 	}
+	s.initLocked()
 	s.listeners[ln] = struct{}{}
 	s.mu.Unlock()
 	defer func() {
@@ -114,7 +137,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() || isTemporary(err) {
 				pause = min(max(2*pause, 5*time.Millisecond), time.Second)
-				s.cfg.ErrorLog.Printf("gust: accept error: %v; retrying in %v", err, pause)
+				cfg.ErrorLog.Printf("gust: accept error: %v; retrying in %v", err, pause)
 				time.Sleep(pause)
 				continue
 			}
@@ -184,7 +207,7 @@ func (s *Server) forget(c *Conn) {
 // a client that sends a few bytes and then stalls (slowloris) pins a few
 // hundred bytes, not a buffer the size of the largest head allowed.
 func (s *Server) handshake(nc net.Conn) *Conn {
-	cfg := s.cfg
+	cfg := s.config()
 	nc.SetDeadline(time.Now().Add(cfg.HandshakeTimeout))
 	buf := bufpool.Get(min(bufpool.MinSize, cfg.MaxHeaderBytes))
 	defer func() { bufpool.Put(buf) }() // buf is replaced as it grows
@@ -225,14 +248,14 @@ func (s *Server) handshake(nc net.Conn) *Conn {
 		hs, herr = cfg.checkRequest(r)
 	}
 	if herr != nil {
-		nc.Write(appendErrorResponse(nil, herr.Status, herr.Reason))
+		nc.Write(appendErrorResponse(nil, herr.Status, string(herr.Body)))
 		return nil
 	}
 	if _, err := nc.Write(cfg.appendResponse((*buf)[w:w], hs)); err != nil {
 		return nil
 	}
 	nc.SetDeadline(time.Time{})
-	return newServerConn(nc, cfg, s.handler, (*buf)[hn:w], hs) // copies the bytes after the head
+	return newServerConn(nc, cfg, s.handler(), (*buf)[hn:w], hs) // copies the bytes after the head
 }
 
 // newHTTPRequest makes the *http.Request that checkRequest and CheckOrigin
@@ -243,7 +266,7 @@ func (s *Server) handshake(nc net.Conn) *Conn {
 // way on both server paths.
 func newHTTPRequest(req *handshake.Request, nc net.Conn) (*http.Request, *HandshakeError) {
 	bad := func(reason string) (*http.Request, *HandshakeError) {
-		return nil, &HandshakeError{Status: http.StatusBadRequest, Reason: reason}
+		return nil, refusal(http.StatusBadRequest, reason)
 	}
 	u, err := url.ParseRequestURI(req.RequestURI)
 	if err != nil {

@@ -23,7 +23,7 @@ func TestServerPendingHandshakeHeap(t *testing.T) {
 		conns = 200
 		bound = 4 << 10 // heap per pending connection, client side included
 	)
-	s := NewServer(newEcho(), nil) // MaxHeaderBytes 16 KiB, HandshakeTimeout 10s
+	s := newServer(newEcho(), nil) // MaxHeaderBytes 16 KiB, HandshakeTimeout 10s
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	cl := &firstReadListener{Listener: ln}
@@ -104,7 +104,7 @@ func (c *firstReadConn) Read(b []byte) (int, error) {
 // frame must reach the connection.
 func TestServerHandshakeHeadSizes(t *testing.T) {
 	const maxHead = 3000 // not a power of two: the last growth stops short of a class size
-	addr := startServer(t, newEcho(), &Options{MaxHeaderBytes: maxHead})
+	addr := startServerMaxHead(t, newEcho(), maxHead)
 	base := len(handshakeRequest(addr, "X-Pad: "))
 	for _, tt := range []struct {
 		name   string

@@ -2,46 +2,39 @@ package gust
 
 import "sync"
 
-// Session is per-connection key-value storage, safe for concurrent use. Its
-// zero value is empty and ready; it holds no map until the first Store.
-type Session struct {
+// values is a connection's key-value storage, safe for concurrent use; it
+// holds no map until the first Set.
+type values struct {
 	mu sync.RWMutex
 	m  map[string]any
 }
 
-// Load returns the value stored under key, if any.
-func (s *Session) Load(key string) (value any, ok bool) {
-	s.mu.RLock()
-	value, ok = s.m[key]
-	s.mu.RUnlock()
+// Get returns the value stored on the connection under key, if any.
+func (c *Conn) Get(key string) (value any, ok bool) {
+	v := &c.values
+	v.mu.RLock()
+	value, ok = v.m[key]
+	v.mu.RUnlock()
 	return value, ok
 }
 
-// Store sets the value for key.
-func (s *Session) Store(key string, value any) {
-	s.mu.Lock()
-	if s.m == nil {
-		s.m = make(map[string]any)
+// Set stores value on the connection under key, for the connection's life:
+// per-connection data such as a user ID or a room. It is safe to call from
+// any goroutine. An idle connection with nothing stored holds no map.
+func (c *Conn) Set(key string, value any) {
+	v := &c.values
+	v.mu.Lock()
+	if v.m == nil {
+		v.m = make(map[string]any)
 	}
-	s.m[key] = value
-	s.mu.Unlock()
+	v.m[key] = value
+	v.mu.Unlock()
 }
 
-// Delete removes key.
-func (s *Session) Delete(key string) {
-	s.mu.Lock()
-	delete(s.m, key)
-	s.mu.Unlock()
-}
-
-// Range calls f for each key and value until f returns false. f must not
-// call Store or Delete on the same Session.
-func (s *Session) Range(f func(key string, value any) bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	for k, v := range s.m {
-		if !f(k, v) {
-			return
-		}
-	}
+// Delete removes what is stored under key.
+func (c *Conn) Delete(key string) {
+	v := &c.values
+	v.mu.Lock()
+	delete(v.m, key)
+	v.mu.Unlock()
 }

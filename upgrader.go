@@ -2,38 +2,79 @@ package gust
 
 import (
 	"bytes"
+	"crypto/tls"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gustws/gust/internal/handshake"
 )
 
-// Upgrader turns net/http requests into WebSocket connections. It is safe
-// for concurrent use; make one per set of Options and Event handler.
+// Upgrader turns net/http requests into WebSocket connections. Its zero
+// value is ready to use: connections then report to a BuiltinEventHandler
+// and take the default Options. Set the fields before the first Upgrade and
+// do not change them afterwards; an Upgrader is safe for concurrent use
+// from then on, and must not be copied.
 type Upgrader struct {
-	handler Event
-	cfg     *config
+	// Handler receives the events of every connection. Default: a
+	// BuiltinEventHandler, which answers pings and drops messages.
+	Handler Event
+
+	// Options configures the connections.
+	Options Options
+
+	// Subprotocols lists the subprotocols the server supports, in order of
+	// preference; the first one the client also offers is selected
+	// (Conn.Subprotocol). Default none: no Sec-WebSocket-Protocol.
+	Subprotocols []string
+
+	// ResponseHeader is added to every 101 response (for example
+	// Set-Cookie). Default none.
+	ResponseHeader http.Header
+
+	// CheckOrigin decides whether to accept a handshake, from the request's
+	// Origin; a false answer refuses it with 403. Default: accept requests
+	// without an Origin header (non-browser clients) and requests whose
+	// Origin host equals the Host header (same-origin browsers).
+	CheckOrigin func(r *http.Request) bool
+
+	// HandshakeTimeout bounds the time the 101 response may take to write,
+	// and on a Server the time a client has to send its whole request
+	// after connecting. Default 10s.
+	HandshakeTimeout time.Duration
+
+	once sync.Once
+	cfg  *config
 }
 
-// NewUpgrader returns an Upgrader whose connections report to h. A nil opts
-// means the defaults.
-func NewUpgrader(h Event, opts *Options) *Upgrader {
-	return &Upgrader{handler: h, cfg: newConfig(opts)}
+// config returns the Upgrader's settings with the defaults filled in,
+// made on first use.
+func (u *Upgrader) config() *config {
+	u.once.Do(func() { u.cfg = u.newConfig(0, nil) })
+	return u.cfg
 }
 
-// HandshakeError is a refused handshake: the HTTP status gust answered with
-// and why.
-type HandshakeError struct {
-	Status int
-	Reason string
+// newConfig makes the settings of an Upgrader, or of a Server with its
+// own head limit and TLS configuration.
+func (u *Upgrader) newConfig(maxHeaderBytes int, tlsConfig *tls.Config) *config {
+	cfg := newConfig(u.Options, true).withHandshake(u.HandshakeTimeout, maxHeaderBytes)
+	cfg.Subprotocols = u.Subprotocols
+	cfg.ResponseHeader = u.ResponseHeader
+	cfg.CheckOrigin = u.CheckOrigin
+	cfg.TLSConfig = tlsConfig
+	return cfg
 }
 
-func (e *HandshakeError) Error() string {
-	return fmt.Sprintf("gust: handshake refused with %d: %s", e.Status, e.Reason)
+// handler returns Handler, or a BuiltinEventHandler when it is nil.
+func (u *Upgrader) handler() Event {
+	if u.Handler == nil {
+		return BuiltinEventHandler{}
+	}
+	return u.Handler
 }
 
 // Upgrade checks the handshake request, answers it and returns the
@@ -55,7 +96,8 @@ func (e *HandshakeError) Error() string {
 // Go's HTTP/2 server offers extended CONNECT only when the process starts
 // with GODEBUG=http2xconnect=1 (see examples/h2).
 func (u *Upgrader) Upgrade(w http.ResponseWriter, r *http.Request) (*Conn, error) {
-	hs, herr := u.cfg.checkRequest(r)
+	cfg := u.config()
+	hs, herr := cfg.checkRequest(r)
 	if herr != nil {
 		if herr.Status == http.StatusUpgradeRequired {
 			w.Header().Set("Sec-WebSocket-Version", "13")
@@ -67,29 +109,29 @@ func (u *Upgrader) Upgrade(w http.ResponseWriter, r *http.Request) (*Conn, error
 				w.Header().Set("Allow", http.MethodGet)
 			}
 		}
-		http.Error(w, herr.Reason, herr.Status)
+		http.Error(w, string(herr.Body), herr.Status)
 		return nil, herr
 	}
 	if r.ProtoMajor == 2 {
-		return u.upgradeH2(w, r, hs)
+		return u.upgradeH2(w, r, cfg, hs)
 	}
 	nc, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
-		http.Error(w, "websocket: cannot take over the connection", http.StatusInternalServerError)
+		http.Error(w, "cannot take over the connection", http.StatusInternalServerError)
 		return nil, fmt.Errorf("gust: hijack: %w", err)
 	}
 	var buffered []byte
 	if n := brw.Reader.Buffered(); n > 0 {
 		buffered, _ = brw.Reader.Peek(n)
 	}
-	resp := u.cfg.appendResponse(make([]byte, 0, 256), hs)
-	nc.SetDeadline(time.Now().Add(u.cfg.HandshakeTimeout))
+	resp := cfg.appendResponse(make([]byte, 0, 256), hs)
+	nc.SetDeadline(time.Now().Add(cfg.HandshakeTimeout))
 	if _, err := nc.Write(resp); err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("gust: writing handshake response: %w", err)
 	}
 	nc.SetDeadline(time.Time{})
-	return newServerConn(nc, u.cfg, u.handler, buffered, hs), nil
+	return newServerConn(nc, cfg, u.handler(), buffered, hs), nil
 }
 
 // handshakeResult is what a server's handshake settled.
@@ -103,7 +145,7 @@ type handshakeResult struct {
 // subprotocol and extensions.
 func (cfg *config) checkRequest(r *http.Request) (hs handshakeResult, herr *HandshakeError) {
 	fail := func(status int, reason string) (handshakeResult, *HandshakeError) {
-		return handshakeResult{}, &HandshakeError{Status: status, Reason: reason}
+		return handshakeResult{}, refusal(status, reason)
 	}
 	h2 := r.ProtoMajor == 2
 	var key string
@@ -111,23 +153,23 @@ func (cfg *config) checkRequest(r *http.Request) (hs handshakeResult, herr *Hand
 		// RFC 8441 §4: an extended CONNECT with :protocol websocket, and no
 		// Upgrade, Connection or Sec-WebSocket-Key.
 		if r.Method != http.MethodConnect {
-			return fail(http.StatusMethodNotAllowed, "websocket: over HTTP/2 the handshake method must be CONNECT")
+			return fail(http.StatusMethodNotAllowed, "over HTTP/2 the handshake method must be CONNECT")
 		}
 		if !strings.EqualFold(r.Header.Get(":protocol"), "websocket") {
-			return fail(http.StatusBadRequest, "websocket: :protocol must be websocket")
+			return fail(http.StatusBadRequest, ":protocol must be websocket")
 		}
 	} else {
 		if r.Method != http.MethodGet {
-			return fail(http.StatusMethodNotAllowed, "websocket: handshake method must be GET")
+			return fail(http.StatusMethodNotAllowed, "handshake method must be GET")
 		}
 		if !r.ProtoAtLeast(1, 1) {
-			return fail(http.StatusBadRequest, "websocket: handshake needs HTTP/1.1")
+			return fail(http.StatusBadRequest, "handshake needs HTTP/1.1")
 		}
 		if !handshake.HasToken(r.Header, "Connection", "upgrade") {
-			return fail(http.StatusBadRequest, "websocket: Connection header must contain upgrade")
+			return fail(http.StatusBadRequest, "Connection header must contain upgrade")
 		}
 		if !handshake.HasToken(r.Header, "Upgrade", "websocket") {
-			return fail(http.StatusBadRequest, "websocket: Upgrade header must be websocket")
+			return fail(http.StatusBadRequest, "Upgrade header must be websocket")
 		}
 		// The handshake is a GET (RFC 6455 §4.1), whose content has no
 		// defined meaning (RFC 9110 §9.3.1), and the bytes after the head
@@ -135,16 +177,16 @@ func (cfg *config) checkRequest(r *http.Request) (hs handshakeResult, herr *Hand
 		// net/http passes such a request on, so the check is ours. Over
 		// HTTP/2 the stream's data is the WebSocket connection itself.
 		if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
-			return fail(http.StatusBadRequest, "websocket: handshake request must not have a body")
+			return fail(http.StatusBadRequest, "handshake request must not have a body")
 		}
 	}
 	if v := r.Header.Values("Sec-WebSocket-Version"); len(v) != 1 || v[0] != "13" {
-		return fail(http.StatusUpgradeRequired, "websocket: unsupported version; this server speaks 13")
+		return fail(http.StatusUpgradeRequired, "unsupported version; this server speaks 13")
 	}
 	if !h2 {
 		key = r.Header.Get("Sec-WebSocket-Key")
 		if len(r.Header.Values("Sec-WebSocket-Key")) != 1 || !handshake.ValidKey(key) {
-			return fail(http.StatusBadRequest, "websocket: missing or invalid Sec-WebSocket-Key")
+			return fail(http.StatusBadRequest, "missing or invalid Sec-WebSocket-Key")
 		}
 	}
 	check := cfg.CheckOrigin
@@ -152,12 +194,12 @@ func (cfg *config) checkRequest(r *http.Request) (hs handshakeResult, herr *Hand
 		check = sameOrigin
 	}
 	if !check(r) {
-		return fail(http.StatusForbidden, "websocket: origin not allowed")
+		return fail(http.StatusForbidden, "origin not allowed")
 	}
 	hs = handshakeResult{key: key, subprotocol: cfg.selectSubprotocol(r.Header)}
-	if cfg.Compression.Enabled {
+	if cfg.deflate.enabled {
 		offers, _ := handshake.Extensions(r.Header) // a malformed header declines compression
-		if p, ok := negotiateDeflate(offers, &cfg.Compression); ok {
+		if p, ok := negotiateDeflate(offers, &cfg.deflate); ok {
 			hs.deflate = &p
 		}
 	}

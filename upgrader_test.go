@@ -76,8 +76,10 @@ func TestHandshakeRefusals(t *testing.T) {
 func TestSameOriginAndSubprotocol(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m serverMode) {
 		h := newEcho()
-		addr := m.start(t, h, &Options{Subprotocols: []string{"v2.chat", "v1.chat"},
-			ResponseHeader: http.Header{"X-Gust": {"yes"}}})
+		addr := m.serve(t, h, nil, func(u *Upgrader) {
+			u.Subprotocols = []string{"v2.chat", "v1.chat"}
+			u.ResponseHeader = http.Header{"X-Gust": {"yes"}}
+		})
 		nc, err := net.Dial("tcp", addr)
 		require.NoError(t, err)
 		defer nc.Close()
@@ -91,7 +93,7 @@ func TestSameOriginAndSubprotocol(t *testing.T) {
 
 func TestServerRefusesMalformedAndHugeHeads(t *testing.T) {
 	h := newEcho()
-	addr := startServer(t, h, &Options{MaxHeaderBytes: 1024})
+	addr := startServerMaxHead(t, h, 1024)
 	for _, tt := range []struct {
 		req    string
 		status int

@@ -25,18 +25,39 @@ import (
 
 // serverMode is one way to serve gust connections; most tests run over all.
 type serverMode struct {
-	name  string
-	start func(t *testing.T, h Event, opts *Options) (addr string)
+	name string
+	// serve serves connections to h with the connection options opts and
+	// the handshake settings set puts on the Upgrader (set may be nil).
+	serve func(t *testing.T, h Event, opts *Options, set func(*Upgrader)) (addr string)
+}
+
+// start serves connections to h with the connection options opts.
+func (m serverMode) start(t *testing.T, h Event, opts *Options) string {
+	t.Helper()
+	return m.serve(t, h, opts, nil)
 }
 
 var serverModes = []serverMode{
-	{"upgrader", startUpgrader},
-	{"server", startServer},
+	{"upgrader", serveUpgrader},
+	{"server", serveServer},
 }
 
 func startUpgrader(t *testing.T, h Event, opts *Options) string {
 	t.Helper()
-	u := NewUpgrader(h, opts)
+	return serveUpgrader(t, h, opts, nil)
+}
+
+func startServer(t *testing.T, h Event, opts *Options) string {
+	t.Helper()
+	return serveServer(t, h, opts, nil)
+}
+
+func serveUpgrader(t *testing.T, h Event, opts *Options, set func(*Upgrader)) string {
+	t.Helper()
+	u := newUpgrader(h, opts)
+	if set != nil {
+		set(u)
+	}
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, err := u.Upgrade(w, r)
 		if err != nil {
@@ -48,9 +69,12 @@ func startUpgrader(t *testing.T, h Event, opts *Options) string {
 	return ts.Listener.Addr().String()
 }
 
-func startServer(t *testing.T, h Event, opts *Options) string {
+func serveServer(t *testing.T, h Event, opts *Options, set func(*Upgrader)) string {
 	t.Helper()
-	s := NewServer(h, opts)
+	s := newServer(h, opts)
+	if set != nil {
+		set(&s.Upgrader)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	done := make(chan error, 1)
@@ -148,7 +172,7 @@ func (c *rawClient) send(b ...[]byte) {
 	for _, p := range b {
 		_, err := c.nc.Write(p)
 		require.NoError(c.t, err)
-		if len(p) > 0 && Opcode(p[0]&0x0f) == OpClose {
+		if len(p) > 0 && Opcode(p[0]&0x0f) == opClose {
 			c.closeSent = true
 		}
 	}
@@ -200,7 +224,7 @@ func (c *rawClient) expectClose(code StatusCode) {
 	for {
 		b0, p, err := c.readFrame()
 		require.NoError(c.t, err, "waiting for close %d", code)
-		if Opcode(b0&0x0f) != OpClose {
+		if Opcode(b0&0x0f) != opClose {
 			continue
 		}
 		require.Equal(c.t, byte(0x88), b0)
@@ -288,3 +312,38 @@ func (s *safeBuffer) String() string {
 }
 
 func newLogger(w io.Writer) *log.Logger { return log.New(w, "", 0) }
+
+// newUpgrader is an Upgrader for h with the connection options opts.
+func newUpgrader(h Event, opts *Options) *Upgrader {
+	u := &Upgrader{Handler: h}
+	if opts != nil {
+		u.Options = *opts
+	}
+	return u
+}
+
+// newServer is a Server for h with the connection options opts.
+func newServer(h Event, opts *Options) *Server {
+	s := &Server{}
+	s.Handler = h
+	if opts != nil {
+		s.Options = *opts
+	}
+	return s
+}
+
+// startServerMaxHead serves h on a Server whose MaxHeaderBytes is n.
+func startServerMaxHead(t *testing.T, h Event, n int) string {
+	t.Helper()
+	s := newServer(h, nil)
+	s.MaxHeaderBytes = n
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ln) }()
+	t.Cleanup(func() {
+		require.NoError(t, s.Close())
+		require.ErrorIs(t, <-done, ErrServerClosed)
+	})
+	return ln.Addr().String()
+}

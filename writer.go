@@ -102,36 +102,55 @@ func (c *Conn) writeDataLocked(op Opcode, p []byte, compress bool) error {
 // WritePing sends a ping with payload p (at most 125 bytes).
 func (c *Conn) WritePing(p []byte) error {
 	if len(p) > maxControlPayload {
-		return ErrControlTooLong
+		return errControlTooLong
 	}
-	return c.writeFrame(OpPing, p)
+	return c.writeFrame(opPing, p)
 }
 
 // WritePong sends a pong with payload p (at most 125 bytes).
 func (c *Conn) WritePong(p []byte) error {
 	if len(p) > maxControlPayload {
-		return ErrControlTooLong
+		return errControlTooLong
 	}
-	return c.writeFrame(OpPong, p)
+	return c.writeFrame(opPong, p)
 }
 
-// WriteClose starts the closing handshake: it sends a close frame with code
-// and reason, after which no more messages can be written. The connection
-// ends when the peer answers with its close frame (OnClose then receives it
-// as a *CloseError), or after Options.CloseTimeout. As in the browser
-// WebSocket API, code must be 1000 or in 3000–4999, and the reason valid
-// UTF-8 of at most 123 bytes.
-func (c *Conn) WriteClose(code StatusCode, reason string) error {
-	if code != StatusNormalClosure && (code < 3000 || code > 4999) {
+// Close starts the closing handshake: it sends a close frame with code and
+// reason, after which no more messages can be written, and returns; the
+// connection ends when the peer answers with its close frame (OnClose then
+// receives a *CloseError), or after Options.CloseTimeout. Either side may
+// send any code valid on the wire: 1000–1003, 1007–1014 (1001 going away
+// for a server shutting down, 1008 for a policy violation, 1011 for an
+// internal error) and 3000–4999 for libraries and applications; other
+// codes return ErrInvalidCloseCode. The reason must be valid UTF-8 of at
+// most 123 bytes. A Close after the first returns net.ErrClosed.
+//
+// The close frame waits for a write in progress, like any other write;
+// CloseNow does not.
+func (c *Conn) Close(code StatusCode, reason string) error {
+	if !code.validOnWire() {
 		return ErrInvalidCloseCode
 	}
 	if len(reason) > maxControlPayload-2 {
-		return ErrControlTooLong
+		return errControlTooLong
 	}
 	if !utf8.ValidString(reason) {
-		return ErrInvalidUTF8
+		return errInvalidUTF8
 	}
 	return c.startClose(code, reason)
+}
+
+// CloseNow closes the connection at once, without a closing handshake:
+// the peer sees the TCP connection end (1006 abnormal closure on its side),
+// a write blocked on the peer fails, and OnClose receives an error for
+// which errors.Is(err, net.ErrClosed) holds. It returns net.ErrClosed when
+// the connection had ended already.
+func (c *Conn) CloseNow() error {
+	if c.netDone.Load() {
+		return errClosed
+	}
+	c.abort(errClosedNow)
+	return nil
 }
 
 // startClose sends a close frame and bounds the wait for the answer.
@@ -156,7 +175,7 @@ func (c *Conn) writeCloseFrame(code StatusCode, reason string) error {
 	if c.wr.closeSent {
 		return errClosed
 	}
-	err := c.writeLocked(OpClose, p[:n])
+	err := c.writeLocked(opClose, p[:n])
 	c.wr.closeSent = true
 	c.closing.Store(true)
 	if err == nil {

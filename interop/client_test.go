@@ -20,7 +20,7 @@ import (
 
 // The gust client's side of the matrix: gust dials a Python websockets or
 // Node ws server (testdata/server.py, server.js), through Dial and through
-// NewClientFromConn, with compression offered.
+// Dial over a connection the caller opened (NetDialContext), with compression offered.
 
 func TestGustClientPython(t *testing.T) {
 	p := requirePeer(t, "python", dirGustClient)
@@ -126,13 +126,15 @@ var clientPaths = []clientPath{
 	{name: "Dial", dial: func(ctx context.Context, url, _ string, h gust.Event, opts *gust.DialOptions) (*gust.Conn, *http.Response, error) {
 		return gust.Dial(ctx, url, h, opts)
 	}},
-	{name: "NewClientFromConn", dial: func(ctx context.Context, url, addr string, h gust.Event, opts *gust.DialOptions) (*gust.Conn, *http.Response, error) {
+	{name: "DialOverAConnection", dial: func(ctx context.Context, url, addr string, h gust.Event, opts *gust.DialOptions) (*gust.Conn, *http.Response, error) {
 		var d net.Dialer
 		nc, err := d.DialContext(ctx, "tcp", addr)
 		if err != nil {
 			return nil, nil, err
 		}
-		return gust.NewClientFromConn(ctx, nc, url, h, opts)
+		o := *opts
+		o.NetDialContext = func(context.Context, string, string) (net.Conn, error) { return nc, nil }
+		return gust.Dial(ctx, url, h, &o)
 	}},
 }
 
@@ -218,12 +220,12 @@ func clientClose(code gust.StatusCode) func(*testing.T, *clientConn) error {
 		if err := cc.echo(textMsg(payloadText)); err != nil {
 			return err
 		}
-		if err := cc.c.WriteClose(code, "client-bye"); err != nil {
-			return fmt.Errorf("WriteClose(%d): %w", code, err)
+		if err := cc.c.Close(code, "client-bye"); err != nil {
+			return fmt.Errorf("Close(%d): %w", code, err)
 		}
 		err, ok := cc.waitClose(10 * time.Second)
 		if !ok {
-			return errors.New("no OnClose within 10s of WriteClose")
+			return errors.New("no OnClose within 10s of Close")
 		}
 		// The peer answers with its own close frame, echoing the code.
 		return expectCloseError(err, code, "")
@@ -342,12 +344,12 @@ func runClientCase(t *testing.T, ps *peerServer, path clientPath, url, addr, lab
 		t.Errorf("gust client: %v", err)
 	}
 	if !cs.closesItself {
-		if err := c.WriteClose(gust.StatusNormalClosure, "done"); err != nil {
-			t.Errorf("WriteClose(1000): %v", err)
+		if err := c.Close(gust.StatusNormalClosure, "done"); err != nil {
+			t.Errorf("Close(1000): %v", err)
 		}
 		err, ok := cc.waitClose(10 * time.Second)
 		if !ok {
-			t.Errorf("no OnClose within 10s of WriteClose(1000)")
+			t.Errorf("no OnClose within 10s of Close(1000)")
 		} else if err := expectCloseError(err, 1000, ""); err != nil {
 			t.Error(err)
 		}

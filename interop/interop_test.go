@@ -5,7 +5,7 @@ package interop
 //   - Python websockets, Node ws and headless Chromium as clients of gust's
 //     server, on both the Upgrader (net/http) and the Server (own accept
 //     loop) paths, compression enabled;
-//   - gust's client (Dial and NewClientFromConn) against Python websockets
+//   - gust's client (Dial, and Dial over a connection it is handed) against Python websockets
 //     and Node ws servers.
 //
 // TestMain runs scripts/install-interop, which installs the peers (PyPI,
@@ -427,7 +427,7 @@ const matrixLegend = `Each cell is one subtest; every connection negotiates perm
   text goes each way in under 64 KiB on the wire (TCP_INFO byte counts; about 1 KiB is seen).
 - close 1000 / 4001 / 4000: the client closes with that code; gust's OnClose sees a *CloseError with it
   (gust client: the peer server reports it) and the client sees it echoed.
-- server close 4002: the server closes with 4002 "server-bye" (gust's WriteClose, or the peer server);
+- server close 4002: the server closes with 4002 "server-bye" (gust's Close, or the peer server);
   the client sees code and reason (the browser in onclose, clean).
 `
 

@@ -34,7 +34,7 @@ type record struct {
 // echoServer is the gust side of the server direction: it echoes every
 // message with its type, except two commands: "label:NAME" names the
 // connection (and is echoed), "close:CODE" makes gust close with CODE and
-// the reason "server-bye" through WriteClose.
+// the reason "server-bye" through Close.
 type echoServer struct {
 	gust.BuiltinEventHandler
 
@@ -92,8 +92,8 @@ func (s *echoServer) OnMessage(c *gust.Conn, m *gust.Message) {
 		}
 		if code, ok := strings.CutPrefix(msg, "close:"); ok {
 			n, _ := strconv.Atoi(code)
-			if err := c.WriteClose(gust.StatusCode(n), "server-bye"); err != nil {
-				c.WriteString("WriteClose failed: " + err.Error())
+			if err := c.Close(gust.StatusCode(n), "server-bye"); err != nil {
+				c.WriteString("Close failed: " + err.Error())
 			}
 			return
 		}
@@ -256,8 +256,8 @@ var serverPaths = []serverPath{
 	{name: "Server", start: startServer},
 }
 
-func serverOptions() *gust.Options {
-	return &gust.Options{
+func serverOptions() gust.Options {
+	return gust.Options{
 		Compression:  gust.CompressionOptions{Enabled: true},
 		CloseTimeout: 5 * time.Second,
 	}
@@ -291,7 +291,7 @@ func listenLoopback(t *testing.T) net.Listener {
 // origin check (the browser's page comes from the same origin), the rest
 // goes to mux.
 func startUpgrader(t *testing.T, h *echoServer, mux *http.ServeMux) (string, string) {
-	up := gust.NewUpgrader(h, serverOptions())
+	up := &gust.Upgrader{Handler: h, Options: serverOptions()}
 	all := http.NewServeMux()
 	all.HandleFunc("/ws", func(w http.ResponseWriter, r *http.Request) {
 		c, err := up.Upgrade(w, r)
@@ -320,9 +320,7 @@ func startUpgrader(t *testing.T, h *echoServer, mux *http.ServeMux) (string, str
 // startServer serves gust with its own accept loop and handshake parser;
 // mux, if any, is served by a separate net/http server.
 func startServer(t *testing.T, h *echoServer, mux *http.ServeMux) (string, string) {
-	opts := serverOptions()
-	opts.CheckOrigin = loopbackOrigin
-	s := gust.NewServer(h, opts)
+	s := &gust.Server{Upgrader: gust.Upgrader{Handler: h, Options: serverOptions(), CheckOrigin: loopbackOrigin}}
 	ln := listenLoopback(t)
 	served := make(chan error, 1)
 	go func() { served <- s.Serve(ln) }()

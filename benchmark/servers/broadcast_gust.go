@@ -6,7 +6,7 @@ import (
 	"github.com/gustws/gust"
 )
 
-// bcast-gust: gust.NewServer with a gust.Hub (CloseSlow, 4,096 messages per connection); every
+// bcast-gust: a gust.Server with a gust.Hub (CloseSlow, 4,096 messages per connection); every
 // connection joins through Hub.Wrap and the publisher calls Hub.PublishAll: the message is
 // framed once, queued for each connection, and written by a writer goroutine per connection
 // that exists while its queue is not empty, every batch in one system call.
@@ -92,7 +92,10 @@ func startGustBroadcast(addr string, deflate, useHub bool) (Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv := gust.NewServer(ev, &gust.Options{MaxMessageSize: MaxMessage, Compression: gust.CompressionOptions{Enabled: deflate}})
+	srv := &gust.Server{Upgrader: gust.Upgrader{
+		Handler: ev,
+		Options: gust.Options{MaxMessageSize: MaxMessage, Compression: gust.CompressionOptions{Enabled: deflate}},
+	}}
 	go srv.Serve(ln)
 	return gustServer{srv: srv, addr: ln.Addr().String()}, nil
 }

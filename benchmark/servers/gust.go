@@ -8,12 +8,12 @@ import (
 	"github.com/gustws/gust"
 )
 
-// gust: gust.NewServer, gust's own accept loop and handshake parser, ReadLoop in the goroutine
+// gust: a gust.Server, gust's own accept loop and handshake parser, ReadLoop in the goroutine
 // that accepted the connection; OnMessage writes back, and the write is corked with the others
 // of the same read. Compression off, as for the peers; gust-deflate turns it on.
 
 func init() {
-	register("gust", "github.com/gustws/gust: NewServer, ReadLoop per connection, corked writes", func(addr string) (Server, error) {
+	register("gust", "github.com/gustws/gust: Server, ReadLoop per connection, corked writes", func(addr string) (Server, error) {
 		return startGust(addr, gust.CompressionOptions{})
 	})
 	// gust-deflate: the same with permessage-deflate on and every other compression option at
@@ -36,7 +36,10 @@ func startGust(addr string, compression gust.CompressionOptions) (Server, error)
 	if err != nil {
 		return nil, err
 	}
-	srv := gust.NewServer(gustEcho{}, &gust.Options{MaxMessageSize: MaxMessage, Compression: compression})
+	srv := &gust.Server{Upgrader: gust.Upgrader{
+		Handler: gustEcho{},
+		Options: gust.Options{MaxMessageSize: MaxMessage, Compression: compression},
+	}}
 	go srv.Serve(ln)
 	return gustServer{srv: srv, addr: ln.Addr().String()}, nil
 }

@@ -116,7 +116,7 @@ func startMachine(t *testing.T, name, natsURL string, extra ...nats.Option) *mac
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	srv := gust.NewServer(m.hub.Wrap(joinRoom{hub: m.hub}), nil)
+	srv := &gust.Server{Upgrader: gust.Upgrader{Handler: m.hub.Wrap(joinRoom{hub: m.hub})}}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	m.url = "ws://" + ln.Addr().String() + "/"
@@ -157,7 +157,7 @@ func (m *machine) connect(t *testing.T, n int) []*client {
 		require.NoError(t, err)
 		go conn.ReadLoop()
 		t.Cleanup(func() {
-			conn.WriteClose(gust.StatusNormalClosure, "")
+			conn.Close(gust.StatusNormalClosure, "")
 			<-c.done
 		})
 		cs = append(cs, c)

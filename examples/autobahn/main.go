@@ -36,7 +36,7 @@ func main() {
 	compress := flag.Bool("compress", true, "accept permessage-deflate, with context takeover")
 	flag.Parse()
 
-	opts := &gust.Options{Compression: gust.CompressionOptions{Enabled: *compress}}
+	opts := gust.Options{Compression: gust.CompressionOptions{Enabled: *compress}}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		log.Fatal(err)
@@ -48,7 +48,7 @@ func main() {
 
 	switch *path {
 	case "upgrader":
-		upgrader := gust.NewUpgrader(echo{}, opts)
+		upgrader := &gust.Upgrader{Handler: echo{}, Options: opts}
 		srv := &http.Server{
 			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				c, err := upgrader.Upgrade(w, r)
@@ -64,7 +64,7 @@ func main() {
 		<-ctx.Done()
 		shutdown(srv.Shutdown)
 	case "server":
-		srv := gust.NewServer(echo{}, opts)
+		srv := &gust.Server{Upgrader: gust.Upgrader{Handler: echo{}, Options: opts}}
 		go srv.Serve(ln)
 		<-ctx.Done()
 		shutdown(srv.Shutdown)

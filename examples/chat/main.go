@@ -78,10 +78,13 @@ func newChat() (*chat, error) {
 	ch := &chat{hub: hub, rooms: make(map[string]map[*gust.Conn]string)}
 	// Wrap removes a connection from the Hub before OnClose runs, so the
 	// "left" notice does not go to the connection that left.
-	ch.upgrader = gust.NewUpgrader(hub.Wrap(ch), &gust.Options{
-		MaxMessageSize: 16 << 10,
-		Compression:    gust.CompressionOptions{Enabled: true},
-	})
+	ch.upgrader = &gust.Upgrader{
+		Handler: hub.Wrap(ch),
+		Options: gust.Options{
+			MaxMessageSize: 16 << 10,
+			Compression:    gust.CompressionOptions{Enabled: true},
+		},
+	}
 	return ch, nil
 }
 
@@ -100,8 +103,8 @@ func (ch *chat) handler() http.Handler {
 		if err != nil {
 			return // Upgrade has answered with the HTTP error
 		}
-		c.Session().Store("name", name)
-		c.Session().Store("room", room)
+		c.Set("name", name)
+		c.Set("room", room)
 		c.ReadLoop()
 	})
 	return mux
@@ -120,8 +123,8 @@ func clean(s, def string) string {
 }
 
 func who(c *gust.Conn) (name, room string) {
-	n, _ := c.Session().Load("name")
-	r, _ := c.Session().Load("room")
+	n, _ := c.Get("name")
+	r, _ := c.Get("room")
 	return n.(string), r.(string)
 }
 
@@ -153,7 +156,7 @@ func (ch *chat) OnMessage(c *gust.Conn, m *gust.Message) {
 		Text string `json:"text"`
 	}
 	if m.Opcode != gust.OpText || json.Unmarshal(m.Data, &in) != nil {
-		c.WriteClose(4000, "expected JSON text messages")
+		c.Close(4000, "expected JSON text messages")
 		return
 	}
 	text := strings.TrimSpace(in.Text)
@@ -217,7 +220,7 @@ func (ch *chat) closeAll(code gust.StatusCode, reason string) {
 	}
 	ch.mu.Unlock()
 	for _, c := range conns {
-		c.WriteClose(code, reason)
+		c.Close(code, reason)
 	}
 }
 
@@ -238,7 +241,7 @@ func main() {
 	defer stop()
 	go func() {
 		<-ctx.Done()
-		ch.closeAll(gust.StatusNormalClosure, "server shutting down")
+		ch.closeAll(gust.StatusGoingAway, "server shutting down")
 		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		srv.Shutdown(shutdown)

@@ -28,7 +28,7 @@ func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on")
 	flag.Parse()
 
-	upgrader := gust.NewUpgrader(echo{}, nil)
+	upgrader := &gust.Upgrader{Handler: echo{}}
 	http.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		c, err := upgrader.Upgrade(w, r)
 		if err != nil {

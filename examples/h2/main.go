@@ -86,8 +86,7 @@ func main() {
 	case <-ctx.Done():
 	}
 	log.Printf("shutting down: %s", s.statsLine())
-	// WriteClose takes the codes the browser API allows (1000, 3000–4999).
-	s.closeAll(gust.StatusNormalClosure, "server shutting down", 2*time.Second)
+	s.closeAll(gust.StatusGoingAway, "server shutting down", 2*time.Second)
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	// Shutdown does not wait for hijacked or upgraded connections; Close

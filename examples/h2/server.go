@@ -89,10 +89,13 @@ func newServer(cert tls.Certificate, logger *log.Logger) *server {
 		reqTCP: make(map[int64]int),
 		stats:  Stats{Closes: make(map[string]int)},
 	}
-	s.upgrader = gust.NewUpgrader(echo{s}, &gust.Options{
-		Compression: gust.CompressionOptions{Enabled: true},
-		ErrorLog:    logger,
-	})
+	s.upgrader = &gust.Upgrader{
+		Handler: echo{s},
+		Options: gust.Options{
+			Compression: gust.CompressionOptions{Enabled: true},
+			ErrorLog:    logger,
+		},
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -230,7 +233,7 @@ func (s *server) closeAll(code gust.StatusCode, reason string, d time.Duration) 
 	}
 	s.mu.Unlock()
 	for _, c := range conns {
-		if err := c.WriteClose(code, reason); err != nil {
+		if err := c.Close(code, reason); err != nil {
 			s.log.Printf("closing a WebSocket with %d: %v", code, err)
 		}
 	}

@@ -79,7 +79,10 @@ func main() {
 	for i := range *topics {
 		p.topics = append(p.topics, "t"+strconv.Itoa(i))
 	}
-	srv := gust.NewServer(hub.Wrap(p), &gust.Options{Compression: gust.CompressionOptions{Enabled: *compress}})
+	srv := &gust.Server{Upgrader: gust.Upgrader{
+		Handler: hub.Wrap(p),
+		Options: gust.Options{Compression: gust.CompressionOptions{Enabled: *compress}},
+	}}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -202,14 +202,14 @@ func (g *gustClient) wait() (time.Time, time.Time, error) {
 }
 
 func (g *gustClient) close() error {
-	if err := g.c.WriteClose(gust.StatusNormalClosure, ""); err != nil {
+	if err := g.c.Close(gust.StatusNormalClosure, ""); err != nil {
 		return err
 	}
 	select {
 	case <-g.closed:
 		return nil
 	case <-time.After(5 * time.Second):
-		return errors.New("gust: no OnClose 5 s after WriteClose")
+		return errors.New("gust: no OnClose 5 s after Close")
 	}
 }
 

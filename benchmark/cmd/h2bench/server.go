@@ -84,7 +84,7 @@ func runServer(addr, debugAddr string, maxStreams int) error {
 		return err
 	}
 	s := &benchServer{}
-	up := gust.NewUpgrader(s, nil)
+	up := &gust.Upgrader{Handler: s}
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
 	protocols.SetHTTP2(true)
