@@ -11,8 +11,9 @@ import (
 // distinct compression setting the receivers negotiated, so that a
 // broadcast costs one copy per receiver and no allocation.
 //
-// A PreparedMessage is safe for concurrent use and must not be changed
-// after it is made. It is for messages a server sends; client connections
+// Make one with NewPreparedMessage: a zero PreparedMessage has no type, and
+// WritePrepared refuses it. A PreparedMessage is safe for concurrent use
+// and must not be changed after it is made. It is for messages a server sends; client connections
 // (which mask each frame) frame it themselves.
 type PreparedMessage struct {
 	op      Opcode
@@ -89,6 +90,9 @@ func (pm *PreparedMessage) frameFor(d *deflateState) ([]byte, error) {
 // as WriteMessage would. On a client connection it frames the payload
 // as WriteMessage does.
 func (c *Conn) WritePrepared(pm *PreparedMessage) error {
+	if pm.op != OpText && pm.op != OpBinary {
+		return errBadOpcode // a zero PreparedMessage
+	}
 	c.wr.mu.Lock()
 	defer c.wr.mu.Unlock()
 	return c.writePreparedLocked(pm)

@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -494,100 +493,6 @@ func (d *dialer) checkNegotiated(h http.Header) (string, *deflateParams, error) 
 		return "", nil, err
 	}
 	return subprotocol, params, nil
-}
-
-// deflateOffer is the client's permessage-deflate offer. It always
-// includes client_max_window_bits, so that the server may bound the window
-// the client compresses with and keep a smaller one for reading.
-func deflateOffer(o *deflateConfig) string {
-	b := []byte("permessage-deflate")
-	if o.serverNoContextTakeover {
-		b = append(b, "; server_no_context_takeover"...)
-	}
-	if o.clientNoContextTakeover {
-		b = append(b, "; client_no_context_takeover"...)
-	}
-	if o.serverMaxWindowBits < maxWindowBits {
-		b = append(b, "; server_max_window_bits="...)
-		b = strconv.AppendInt(b, int64(o.serverMaxWindowBits), 10)
-	}
-	b = append(b, "; client_max_window_bits"...)
-	if o.clientMaxWindowBits < maxWindowBits {
-		b = append(b, '=')
-		b = strconv.AppendInt(b, int64(o.clientMaxWindowBits), 10)
-	}
-	return string(b)
-}
-
-// acceptDeflate checks the server's answer to the offer deflateOffer made
-// (RFC 7692 §5, §7.1) and returns the parameters to use, or nil when the
-// server declined compression. Anything the offer does not allow fails the
-// handshake: an extension not offered, an unknown or repeated parameter, a
-// window larger than the one asked for, a parameter the server had to
-// echo and did not.
-func acceptDeflate(h http.Header, o *deflateConfig) (*deflateParams, error) {
-	exts, err := handshake.Extensions(h)
-	if err != nil {
-		return nil, badHandshake("malformed Sec-WebSocket-Extensions %q", h.Values("Sec-WebSocket-Extensions"))
-	}
-	if len(exts) == 0 {
-		return nil, nil
-	}
-	ext := exts[0]
-	if !o.enabled || !strings.EqualFold(ext.Name, "permessage-deflate") {
-		return nil, badHandshake("the server selected extension %q, which was not offered", ext.Name)
-	}
-	if len(exts) > 1 {
-		return nil, badHandshake("the server selected more extensions than offered: %q", h.Values("Sec-WebSocket-Extensions"))
-	}
-	p := &deflateParams{serverMaxWindowBits: maxWindowBits, clientMaxWindowBits: o.clientMaxWindowBits}
-	seen := make(map[string]bool, len(ext.Params))
-	serverBits := false
-	for _, param := range ext.Params {
-		name := strings.ToLower(param.Name)
-		if seen[name] {
-			return nil, badHandshake("permessage-deflate parameter %s repeated", name)
-		}
-		seen[name] = true
-		switch name {
-		case "server_no_context_takeover", "client_no_context_takeover":
-			if param.HasValue {
-				return nil, badHandshake("permessage-deflate parameter %s takes no value", name)
-			}
-			if name == "server_no_context_takeover" {
-				p.serverNoContextTakeover = true
-			} else {
-				p.clientNoContextTakeover = true
-			}
-		case "server_max_window_bits", "client_max_window_bits":
-			bits, ok := parseWindowBits(param.Value)
-			if !ok {
-				return nil, badHandshake("permessage-deflate parameter %s=%q is not a window size from 8 to 15", name, param.Value)
-			}
-			if name == "server_max_window_bits" {
-				if bits > o.serverMaxWindowBits {
-					return nil, badHandshake("server_max_window_bits=%d is over the %d offered", bits, o.serverMaxWindowBits)
-				}
-				p.serverMaxWindowBits, serverBits = bits, true
-			} else {
-				if bits > o.clientMaxWindowBits {
-					return nil, badHandshake("client_max_window_bits=%d is over the %d offered", bits, o.clientMaxWindowBits)
-				}
-				p.clientMaxWindowBits = bits
-			}
-		default:
-			return nil, badHandshake("unknown permessage-deflate parameter %q", param.Name)
-		}
-	}
-	if o.serverNoContextTakeover && !p.serverNoContextTakeover {
-		return nil, badHandshake("the server accepted permessage-deflate without the server_no_context_takeover offered")
-	}
-	if o.serverMaxWindowBits < maxWindowBits && !serverBits {
-		return nil, badHandshake("the server accepted permessage-deflate without the server_max_window_bits offered")
-	}
-	// Dropping context is always allowed to the sender (RFC 7692 §7.1.1.2).
-	p.clientNoContextTakeover = p.clientNoContextTakeover || o.clientNoContextTakeover
-	return p, nil
 }
 
 // isToken reports whether s is a non-empty HTTP token (RFC 9110 §5.6.2).

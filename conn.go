@@ -11,7 +11,9 @@ import (
 	"github.com/gustws/gust/internal/bufpool"
 )
 
-// Conn is a WebSocket connection, on the server or the client side.
+// Conn is a WebSocket connection, on the server or the client side. Conns
+// come from an Upgrader, a Server or Dial; a zero Conn is a closed one (its
+// writes return net.ErrClosed, ReadLoop returns at once).
 //
 // Concurrency: ReadLoop must be called once, and it calls the Event methods
 // from its own goroutine. Every Write method, the deadline setters and
@@ -66,7 +68,7 @@ func newConn(nc net.Conn, cfg *config, h Event, server bool, buffered []byte, su
 // choice (a net/http handler may simply call it). Calls after the first
 // return at once.
 func (c *Conn) ReadLoop() {
-	if !c.started.CompareAndSwap(false, true) {
+	if !c.started.CompareAndSwap(false, true) || c.conn == nil {
 		return
 	}
 	err := c.run()
@@ -119,8 +121,8 @@ func (c *Conn) failAndLinger(code StatusCode, reason string) {
 	if c.writeCloseFrame(code, reason) != nil {
 		return
 	}
-	if _, ok := c.conn.(*h2Stream); ok {
-		return // an HTTP/2 stream delivers what was sent before it ends: no reset to fear
+	if _, ok := c.conn.(interface{ delivered() }); ok {
+		return // the transport delivers what was sent before it ends: no reset to fear
 	}
 	if cw, ok := c.conn.(interface{ CloseWrite() error }); ok {
 		cw.CloseWrite()
@@ -193,18 +195,9 @@ func (c *Conn) abort(err error) {
 }
 
 func (c *Conn) closeNet() {
-	if c.netDone.CompareAndSwap(false, true) {
+	if c.netDone.CompareAndSwap(false, true) && c.conn != nil {
 		c.conn.Close()
 	}
-}
-
-// newServerConn makes the Conn a server handshake settled.
-func newServerConn(nc net.Conn, cfg *config, h Event, buffered []byte, hs handshakeResult) *Conn {
-	c := newConn(nc, cfg, h, true, buffered, hs.subprotocol)
-	if hs.deflate != nil {
-		c.deflate = newDeflateState(*hs.deflate, &cfg.deflate, true)
-	}
-	return c
 }
 
 // NetConn returns the underlying connection. Reading from or writing to it
@@ -212,11 +205,21 @@ func newServerConn(nc net.Conn, cfg *config, h Event, buffered []byte, hs handsh
 // TLS state.
 func (c *Conn) NetConn() net.Conn { return c.conn }
 
-// RemoteAddr returns the peer's network address.
-func (c *Conn) RemoteAddr() net.Addr { return c.conn.RemoteAddr() }
+// RemoteAddr returns the peer's network address (nil on a zero Conn).
+func (c *Conn) RemoteAddr() net.Addr {
+	if c.conn == nil {
+		return nil
+	}
+	return c.conn.RemoteAddr()
+}
 
-// LocalAddr returns the local network address.
-func (c *Conn) LocalAddr() net.Addr { return c.conn.LocalAddr() }
+// LocalAddr returns the local network address (nil on a zero Conn).
+func (c *Conn) LocalAddr() net.Addr {
+	if c.conn == nil {
+		return nil
+	}
+	return c.conn.LocalAddr()
+}
 
 // Compressed reports whether permessage-deflate was negotiated.
 func (c *Conn) Compressed() bool { return c.deflate != nil }
@@ -228,12 +231,17 @@ func (c *Conn) Subprotocol() string { return c.subprotocol }
 // connection. A read past the deadline ends the connection; so does a write,
 // since a frame cut in the middle cannot be resumed.
 func (c *Conn) SetDeadline(t time.Time) error {
-	return errors.Join(c.conn.SetReadDeadline(t), c.setWriteDeadline(t))
+	return errors.Join(c.SetReadDeadline(t), c.setWriteDeadline(t))
 }
 
 // SetReadDeadline sets the deadline for the next reads; use it for
 // heartbeats: extend it in OnPing, OnPong and OnMessage.
-func (c *Conn) SetReadDeadline(t time.Time) error { return c.conn.SetReadDeadline(t) }
+func (c *Conn) SetReadDeadline(t time.Time) error {
+	if c.conn == nil {
+		return errClosed
+	}
+	return c.conn.SetReadDeadline(t)
+}
 
 // SetWriteDeadline sets the deadline for writes; Options.WriteTimeout
 // still bounds each write when it comes sooner. A zero t leaves only

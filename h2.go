@@ -89,6 +89,10 @@ func (s *h2Stream) Close() error {
 	return s.body.Close()
 }
 
+// delivered tells failAndLinger that the stream delivers what was written
+// before it ends: a failed connection need not linger.
+func (s *h2Stream) delivered() {}
+
 func (s *h2Stream) LocalAddr() net.Addr  { return s.local }
 func (s *h2Stream) RemoteAddr() net.Addr { return s.remote }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/tls"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -139,6 +140,15 @@ type handshakeResult struct {
 	key         string
 	subprotocol string
 	deflate     *deflateParams
+}
+
+// newServerConn makes the Conn a server handshake settled.
+func newServerConn(nc net.Conn, cfg *config, h Event, buffered []byte, hs handshakeResult) *Conn {
+	c := newConn(nc, cfg, h, true, buffered, hs.subprotocol)
+	if hs.deflate != nil {
+		c.deflate = newDeflateState(*hs.deflate, &cfg.deflate, true)
+	}
+	return c
 }
 
 // checkRequest checks a handshake request (RFC 6455 §4.2.1) and settles the

@@ -290,6 +290,9 @@ func (c *Conn) writeLocked(op Opcode, p []byte) error {
 // writableLocked returns the error a write must return now, if any.
 func (c *Conn) writableLocked() error {
 	w := &c.wr
+	if c.conn == nil {
+		return errClosed // a zero Conn
+	}
 	if w.err != nil {
 		return w.err
 	}
@@ -433,6 +436,9 @@ func (c *Conn) netWrite(p []byte) (int, error) {
 // setWriteDeadline is SetWriteDeadline: it applies t at once, which ends a
 // write blocked now, and records it for netWrite.
 func (c *Conn) setWriteDeadline(t time.Time) error {
+	if c.conn == nil {
+		return errClosed
+	}
 	var ns int64
 	if !t.IsZero() {
 		ns = t.UnixNano()
