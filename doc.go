@@ -2,18 +2,172 @@
 // backends.
 //
 // A connection is a [*Conn]. It comes from an [Upgrader] inside a net/http
-// handler, from a [Server] that runs its own accept loop and handshake
-// parser on any net.Listener, or from [Dial] on the client side: the same
-// type, with masked writes. The Upgrader also answers
-// WebSockets over HTTP/2 (RFC 8441), and Dial can open them. Each Conn reports what happens to it through an
-// [Event] handler: OnOpen once, then OnMessage, OnPing and OnPong as frames
-// arrive, and exactly one OnClose at the end, whatever ended the connection.
+// handler, from a [Server] that runs its own accept loop, or from [Dial] on
+// the client side: the same type in every case. Each Conn reports what
+// happens to it through an [Event] handler, and [Conn.ReadLoop] runs that
+// handler in the goroutine that calls it.
 //
-// [Conn.ReadLoop] reads frames in the goroutine that calls it and calls the
-// handler synchronously; gust starts no goroutine per connection of its own.
-// Writes are safe from any goroutine. Writes made while the read goroutine is
-// dispatching the bytes of one read are corked: they are written together, in
-// one system call, before the next blocking read.
+// Start with ExampleUpgrader, ExampleServer and ExampleDial. Users of
+// gorilla/websocket or lxzan/gws will find each of their calls beside its
+// gust equivalent in MIGRATING.md, at the root of the module.
 //
-// See ExampleUpgrader, ExampleServer and ExampleDial to start.
+// # Server paths
+//
+// An [Upgrader] turns a net/http request into a Conn: call [Upgrader.Upgrade]
+// in any handler, then run the Conn's ReadLoop (in the handler itself, or in
+// a goroutine of your choice). Its zero value is usable; set Handler, Options
+// and the handshake fields (Subprotocols, ResponseHeader, CheckOrigin,
+// HandshakeTimeout) before the first request. Upgrade takes the connection
+// over through [http.NewResponseController], so it works behind routers and
+// middleware whose ResponseWriter can hijack or has an Unwrap method: a chi
+// handler is an http.HandlerFunc; with gin, pass ctx.Writer and ctx.Request;
+// with echo, c.Response() and c.Request(). A request that is not an
+// acceptable handshake is answered (400, 403, 405, 426) and Upgrade returns
+// a [*HandshakeError]. To refuse a request for reasons of your own (no token,
+// say), answer it yourself before calling Upgrade.
+//
+// The net/http server still owns the request head: set its ReadHeaderTimeout
+// and MaxHeaderBytes, since gust sees the request only once net/http has read
+// it, and net/http's Shutdown does not cover hijacked connections.
+//
+// A [Server] accepts WebSocket connections on any net.Listener with its own
+// accept loop and HTTP/1.1 handshake parser, without net/http: every request
+// on it is a handshake, whatever its path. It embeds an Upgrader for the
+// handler, the Options and the handshake settings, and adds MaxHeaderBytes
+// and TLSConfig. Its zero value is usable too. [Server.Shutdown] sends a close
+// frame with 1001 (going away) to every connection and waits for them, up to
+// its context; [Server.Close] cuts them at once. Serve then returns
+// [ErrServerClosed].
+//
+// WebSockets over HTTP/2 (RFC 8441) come through the Upgrader: an extended
+// CONNECT request becomes a Conn on its stream. The handler must run ReadLoop
+// itself, since returning ends the stream, and Go's HTTP/2 server offers
+// extended CONNECT only when the process runs with GODEBUG=http2xconnect=1.
+// The Server speaks HTTP/1.1 only.
+//
+// # The client
+//
+// [Dial] opens a connection to a ws:// or wss:// URL and returns the same
+// [*Conn] type, whose writes are masked as RFC 6455 requires of a client; run
+// its ReadLoop as on a server. [DialOptions] holds the connection's Options
+// in a field of that name, and what only dialing needs: Subprotocols, Header,
+// HandshakeTimeout, MaxHeaderBytes, TLSConfig, a Proxy (HTTP CONNECT or
+// SOCKS5), HTTP2, and NetDialContext, which may return a connection you
+// already hold (a unix socket, an in-memory pipe) for Dial to run the
+// handshake over. A nil *DialOptions means the defaults. Redirects are not
+// followed.
+//
+// # Events and the lifecycle
+//
+// An [Event] has five methods: OnOpen once, when ReadLoop starts; OnMessage,
+// OnPing and OnPong as frames arrive; and OnClose exactly once, last,
+// whatever ended the connection. Embed [BuiltinEventHandler] to write only
+// the methods you need: its OnPing answers with a pong, as the RFC requires,
+// so a handler that overrides OnPing should answer itself.
+//
+// The callbacks run one at a time in the goroutine that runs ReadLoop, in the
+// order the frames arrived; gust starts no goroutine per connection of its
+// own. [Options.Parallel] moves OnMessage calls onto a bounded number of
+// short-lived goroutines per connection, and order is then not kept.
+//
+// A [Message] holds its Data in a pooled buffer that belongs to the handler
+// until it calls [Message.Close]. After Close, Data may be reused for another
+// message: copy what you keep. Not calling Close is safe, only slower.
+//
+// Values that belong to a connection (a user ID, a room) can be stored on it
+// with [Conn.Set] and read with [Conn.Get] from any goroutine.
+//
+// # Writing
+//
+// Every write method is safe from any goroutine; writes are serialised
+// inside the Conn, so there is no need for a lock of your own.
+// [Conn.WriteMessage] sends one message of type [OpText] or [OpBinary], and
+// p may be reused when it returns; [Conn.WriteString] sends text.
+//
+// Writes made while the read goroutine dispatches the frames of one read
+// (from OnMessage, OnPing and OnPong, or from other goroutines meanwhile) are
+// corked: they wait in a buffer and leave together, in one system call,
+// before the next blocking read, so an echo or request/response server makes
+// one write per read rather than one per message. A corked write returns
+// before its bytes are sent; if sending them fails, the connection ends and
+// OnClose gets the error. A callback that blocks therefore delays every
+// corked write: hand slow work to a goroutine, or set Options.Parallel.
+//
+// [Conn.WriteAsync] queues a message for a short-lived writer goroutine and
+// returns at once; it reports the write's result to a callback, and returns
+// [ErrQueueFull] when the connection's bounded queue is full.
+//
+// [Conn.Close] starts the closing handshake with a code and a reason. Either
+// side may send any code valid on the wire: 1000–1003 and 1007–1014 (1001
+// going away for a server shutting down, 1008 policy violation, 1011 internal
+// error, ...) and 3000–4999 for libraries and applications; other codes
+// return [ErrInvalidCloseCode].
+// The connection ends when the peer answers, or after Options.CloseTimeout.
+// [Conn.CloseNow] cuts the connection at once, without a close frame. The
+// [StatusCode] constants name the codes the RFC defines.
+//
+// # Compression
+//
+// Set [Options].Compression ([CompressionOptions]) with Enabled true for
+// permessage-deflate (RFC 7692): a client offers it, a server accepts it.
+// Each field means the same on both sides: the plain fields are about the
+// messages this side sends, the Peer fields are what it asks of the peer's.
+// Messages smaller than Threshold go out uncompressed, and
+// [Conn.WriteUncompressed] sends data that is compressed already as it is.
+// [Conn.Compressed] tells whether the handshake agreed on compression.
+//
+// # Fan-out
+//
+// To send one message to many connections, make a [PreparedMessage] once with
+// [NewPreparedMessage] and write it to each with [Conn.WritePrepared]: the
+// frame is built once, and compressed once per distinct compression setting
+// of the receivers, rather than once per receiver. Topics, per-receiver queues
+// and fan-out across processes live in the hub package,
+// github.com/gustws/gust/hub.
+//
+// # Limits and timeouts
+//
+// Every wait is bounded by default, and each bound is a field:
+//
+//   - [Options.MaxMessageSize] (16 MiB) is the largest message a peer may
+//     send; a larger one fails the connection with 1009. Memory follows the
+//     bytes that arrived, not the length a frame header announces, and
+//     inflating a compressed message stops at the same limit.
+//   - [Options.WriteTimeout] (10s) ends a connection whose peer takes no
+//     bytes for that long, so that a peer that stops reading cannot hold a
+//     writer forever.
+//   - [Options.CloseTimeout] (5s) bounds the wait for the peer's answer to a
+//     close frame.
+//   - [Upgrader.HandshakeTimeout] (10s) bounds writing the handshake response,
+//     and on a Server also reading the request; [DialOptions].HandshakeTimeout
+//     bounds the whole of Dial.
+//   - [Server.MaxHeaderBytes] (16 KiB) bounds the request head on a Server;
+//     a larger one is refused with 431.
+//
+// Reads have no deadline of their own: use [Conn.SetReadDeadline] and move it
+// on in the callbacks to drop silent peers.
+//
+// # Errors
+//
+// OnClose says why the connection ended:
+//
+//   - [*CloseError] when close frames were exchanged: the code, the reason,
+//     and ByPeer, true when the peer started the closing handshake.
+//     [CloseStatus] returns its code, and 0 for any other error.
+//   - [*ProtocolError] when the peer broke the protocol or a limit: gust sent
+//     the close frame with the code the RFC names (1002, 1007, 1009) first.
+//   - [*PanicError] when a callback panicked: gust recovered, logged the
+//     stack to Options.ErrorLog and closed with 1011 (unless
+//     Options.DisableRecovery is set).
+//   - [ErrServerClosed] when a Server cut the connection (Server.Close, or a
+//     Shutdown whose context ended first).
+//   - An error wrapping [os.ErrDeadlineExceeded] after WriteTimeout or a
+//     deadline, one wrapping [net.ErrClosed] after CloseNow, or the I/O error.
+//
+// [*HandshakeError] is every error [Dial] returns, with the Status, Header and
+// first bytes of the Body when the server answered, and the cause in Err;
+// Upgrade returns one for a request it refused. Writes on a connection that
+// has ended return [net.ErrClosed]; [Conn.WriteAsync] returns [ErrQueueFull]
+// when its queue is full, and [Conn.Close] returns [ErrInvalidCloseCode] for a
+// code that may not be sent.
 package gust

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gustws/gust"
@@ -127,7 +128,7 @@ func (g greeter) OnOpen(c *gust.Conn) {
 
 func ExampleConn_WriteAsync() {
 	g := greeter{written: make(chan error, 1)}
-	srv := &gust.Server{Upgrader: gust.Upgrader{Handler: g, Options: gust.Options{WriteQueueSize: 64}}}
+	srv := &gust.Server{Upgrader: gust.Upgrader{Handler: g}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		log.Fatal(err)
@@ -210,4 +211,200 @@ func ExampleDial() {
 	c.Close(gust.StatusNormalClosure, "")
 	<-in.closed
 	// Output: hello true
+}
+
+// serve runs a Server whose connections report to h on a loopback port, and
+// returns its ws:// URL; stop closes it.
+func serve(h gust.Event) (url string, stop func()) {
+	srv := &gust.Server{Upgrader: gust.Upgrader{Handler: h}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	go srv.Serve(ln)
+	return "ws://" + ln.Addr().String(), func() { srv.Close() }
+}
+
+// moderator closes a connection with the code that fits what the client said.
+type moderator struct{ gust.BuiltinEventHandler }
+
+func (moderator) OnMessage(c *gust.Conn, m *gust.Message) {
+	defer m.Close()
+	switch string(m.Data) {
+	case "deploying":
+		c.Close(gust.StatusGoingAway, "restarting") // 1001
+	case "spam":
+		c.Close(gust.StatusPolicyViolation, "too many messages") // 1008
+	case "logout":
+		c.Close(4001, "logged out") // 3000–4999 are the application's
+	}
+}
+
+func ExampleConn_Close() {
+	url, stop := serve(moderator{})
+	defer stop()
+
+	for _, say := range []string{"deploying", "spam", "logout"} {
+		in := newInbox()
+		client := dial(url, in)
+		client.WriteString(say)
+		err := <-in.closed // the client's OnClose
+		var ce *gust.CloseError
+		if errors.As(err, &ce) {
+			fmt.Printf("%d %v by peer=%v: %s\n", gust.CloseStatus(err), ce.Code, ce.ByPeer, ce.Reason)
+		}
+	}
+	// Codes that may not be sent (1005, 1006, 1015, 1016–2999, 5000+) are refused.
+	in := newInbox()
+	client := dial(url, in)
+	fmt.Println(client.Close(gust.StatusAbnormalClosure, ""))
+	client.Close(gust.StatusNormalClosure, "")
+	<-in.closed
+	// Output:
+	// 1001 GoingAway by peer=true: restarting
+	// 1008 PolicyViolation by peer=true: too many messages
+	// 4001 StatusCode(4001) by peer=true: logged out
+	// gust: close code not valid on the wire
+}
+
+// bouncer cuts the connection of a client that sends "flood", without a
+// closing handshake, and reports how the connection ended.
+type bouncer struct {
+	gust.BuiltinEventHandler
+	ended chan error
+}
+
+func (b bouncer) OnMessage(c *gust.Conn, m *gust.Message) {
+	if string(m.Data) == "flood" {
+		c.CloseNow()
+	}
+	m.Close()
+}
+
+func (b bouncer) OnClose(_ *gust.Conn, err error) { b.ended <- err }
+
+func ExampleConn_CloseNow() {
+	b := bouncer{ended: make(chan error, 1)}
+	url, stop := serve(b)
+	defer stop()
+
+	in := newInbox()
+	client := dial(url, in)
+	client.WriteString("flood")
+	fmt.Println("server:", errors.Is(<-b.ended, net.ErrClosed))
+	// The client saw the TCP connection end, with no close frame (1006 in a
+	// browser): its error is an I/O error, not a *CloseError.
+	var ce *gust.CloseError
+	fmt.Println("client got a close frame:", errors.As(<-in.closed, &ce))
+	// Output:
+	// server: true
+	// client got a close frame: false
+}
+
+// room keeps its open connections, so that news can be sent to all of them.
+type room struct {
+	gust.BuiltinEventHandler
+	mu     sync.Mutex
+	conns  map[*gust.Conn]bool
+	joined chan struct{}
+}
+
+func (r *room) OnOpen(c *gust.Conn) {
+	r.mu.Lock()
+	r.conns[c] = true
+	r.mu.Unlock()
+	r.joined <- struct{}{}
+}
+
+func (r *room) OnClose(c *gust.Conn, _ error) {
+	r.mu.Lock()
+	delete(r.conns, c)
+	r.mu.Unlock()
+}
+
+// broadcast frames p once and writes that frame to every connection.
+func (r *room) broadcast(p []byte) error {
+	pm, err := gust.NewPreparedMessage(gust.OpText, p)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for c := range r.conns {
+		c.WritePrepared(pm) // an error here ends that connection, and reaches its OnClose
+	}
+	return nil
+}
+
+func ExamplePreparedMessage() {
+	r := &room{conns: make(map[*gust.Conn]bool), joined: make(chan struct{}, 3)}
+	url, stop := serve(r)
+	defer stop()
+
+	inboxes := []*inbox{newInbox(), newInbox(), newInbox()}
+	for _, in := range inboxes {
+		dial(url, in)
+		<-r.joined
+	}
+	if err := r.broadcast([]byte("the game starts")); err != nil {
+		log.Fatal(err)
+	}
+	for i, in := range inboxes {
+		fmt.Printf("client %d: %s\n", i, <-in.messages)
+	}
+	// Output:
+	// client 0: the game starts
+	// client 1: the game starts
+	// client 2: the game starts
+}
+
+func ExampleHandshakeError() {
+	upgrader := &gust.Upgrader{Handler: echo{}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") == "" {
+			http.Error(w, "no token", http.StatusForbidden) // refuse before upgrading
+			return
+		}
+		if c, err := upgrader.Upgrade(w, r); err == nil {
+			c.ReadLoop()
+		}
+	}))
+	defer srv.Close()
+
+	_, _, err := gust.Dial(context.Background(), "ws"+strings.TrimPrefix(srv.URL, "http"), nil, nil)
+	var he *gust.HandshakeError
+	if errors.As(err, &he) { // every Dial error is one
+		fmt.Println(he.Status, strings.TrimSpace(string(he.Body)))
+	}
+	// Output: 403 no token
+}
+
+// greeterByName answers each message with the name stored on its connection.
+type greeterByName struct{ gust.BuiltinEventHandler }
+
+func (greeterByName) OnMessage(c *gust.Conn, m *gust.Message) {
+	defer m.Close()
+	name, _ := c.Get("name")
+	c.WriteString(fmt.Sprintf("%s said %s", name, m.Data))
+}
+
+func ExampleConn_Set() {
+	upgrader := &gust.Upgrader{Handler: greeterByName{}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := upgrader.Upgrade(w, r)
+		if err != nil {
+			return
+		}
+		c.Set("name", r.URL.Query().Get("name")) // before ReadLoop: every callback sees it
+		c.ReadLoop()
+	}))
+	defer srv.Close()
+
+	in := newInbox()
+	client := dial("ws"+strings.TrimPrefix(srv.URL, "http")+"/?name=ana", in)
+	client.WriteString("hello")
+	fmt.Println(<-in.messages)
+	client.Close(gust.StatusNormalClosure, "")
+	<-in.closed
+	// Output: ana said hello
 }

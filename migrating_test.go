@@ -1,0 +1,244 @@
+package gust_test
+
+// The code snippets of MIGRATING.md, compiled. TestMigratingSnippetsCompile
+// checks that every ```go block of MIGRATING.md appears here (whitespace
+// aside), so that the guide cannot drift from code that compiles. Edit a
+// snippet in both places.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gustws/gust"
+)
+
+func TestMigratingSnippetsCompile(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("MIGRATING.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile("migrating_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	space := regexp.MustCompile(`\s+`)
+	norm := func(b []byte) string { return strings.TrimSpace(space.ReplaceAllString(string(b), " ")) }
+	code := norm(src)
+	blocks := regexp.MustCompile("(?s)```go\n(.*?)```").FindAllSubmatch(doc, -1)
+	if len(blocks) < 10 {
+		t.Fatalf("found %d go blocks in MIGRATING.md; expected the guide's snippets", len(blocks))
+	}
+	for _, b := range blocks {
+		if s := norm(b[1]); !strings.Contains(code, s) {
+			t.Errorf("MIGRATING.md snippet is not in migrating_test.go:\n%s", b[1])
+		}
+	}
+}
+
+// --- from gorilla/websocket ---
+
+type chatHandler struct{ gust.BuiltinEventHandler }
+
+func (chatHandler) OnMessage(c *gust.Conn, m *gust.Message) {
+	defer m.Close() // gives the buffer back: m.Data is not valid after this
+	c.WriteMessage(m.Opcode, m.Data)
+}
+
+func migrateUpgrader() {
+	upgrader := &gust.Upgrader{
+		Handler:      chatHandler{},
+		Subprotocols: []string{"chat.v1"},
+		CheckOrigin:  func(r *http.Request) bool { return r.Header.Get("Origin") == "https://example.com" },
+		Options: gust.Options{
+			MaxMessageSize: 1 << 20, // gorilla: conn.SetReadLimit(1 << 20)
+			Compression:    gust.CompressionOptions{Enabled: true},
+		},
+	}
+	http.HandleFunc("/ws", func(w http.ResponseWriter, r *http.Request) {
+		c, err := upgrader.Upgrade(w, r)
+		if err != nil {
+			return // Upgrade has answered the request already
+		}
+		c.ReadLoop() // instead of for { conn.ReadMessage() }; returns after OnClose
+	})
+}
+
+func migrateDial(handler gust.Event, token string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, resp, err := gust.Dial(ctx, "wss://example.com/ws", handler, &gust.DialOptions{
+		Header:       http.Header{"Authorization": {"Bearer " + token}},
+		Subprotocols: []string{"chat.v1"},
+		Proxy:        http.ProxyFromEnvironment,
+		Options:      gust.Options{Compression: gust.CompressionOptions{Enabled: true}},
+	})
+	if err != nil {
+		var he *gust.HandshakeError // every Dial error is one
+		if errors.As(err, &he) && he.Status != 0 {
+			log.Printf("refused with %d: %s", he.Status, he.Body)
+		}
+		return err
+	}
+	log.Println(resp.Header.Get("Set-Cookie"), c.Subprotocol())
+	go c.ReadLoop()
+	return nil
+}
+
+func migrateHeldConn(handler gust.Event, held net.Conn) (*gust.Conn, error) {
+	c, _, err := gust.Dial(context.Background(), "ws://localhost/ws", handler, &gust.DialOptions{
+		NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return held, nil // a connection you already have: a unix socket, a pipe
+		},
+	})
+	return c, err
+}
+
+func migrateWriteJSON(c *gust.Conn, v any) error {
+	b, err := json.Marshal(v) // gorilla: conn.WriteJSON(v)
+	if err != nil {
+		return err
+	}
+	return c.WriteMessage(gust.OpText, b)
+}
+
+type request struct {
+	Method string `json:"method"`
+}
+
+type api struct{ gust.BuiltinEventHandler }
+
+func (api) OnMessage(c *gust.Conn, m *gust.Message) {
+	defer m.Close()
+	var req request // gorilla: conn.ReadJSON(&req)
+	if err := json.Unmarshal(m.Data, &req); err != nil {
+		c.Close(gust.StatusUnsupportedData, "bad JSON")
+		return
+	}
+	c.WriteString("ok: " + req.Method)
+}
+
+func (api) OnClose(c *gust.Conn, err error) {
+	switch gust.CloseStatus(err) {
+	case gust.StatusNormalClosure, gust.StatusGoingAway:
+		// an expected goodbye: gorilla's IsCloseError(err, 1000, 1001)
+	case 0:
+		// no close frame: I/O error, timeout, protocol error, panic
+		log.Printf("connection lost: %v", err)
+	default:
+		// gorilla's IsUnexpectedCloseError(err, 1000, 1001)
+		log.Printf("closed: %v", err)
+	}
+}
+
+type heartbeat struct{ gust.BuiltinEventHandler }
+
+func (heartbeat) OnOpen(c *gust.Conn) {
+	c.SetReadDeadline(time.Now().Add(60 * time.Second))
+}
+
+func (h heartbeat) OnPing(c *gust.Conn, p []byte) {
+	c.SetReadDeadline(time.Now().Add(60 * time.Second)) // gorilla: SetPingHandler
+	h.BuiltinEventHandler.OnPing(c, p)                  // answers with a pong
+}
+
+func (heartbeat) OnPong(c *gust.Conn, p []byte) {
+	c.SetReadDeadline(time.Now().Add(60 * time.Second)) // gorilla: SetPongHandler
+}
+
+func migrateBroadcast(conns []*gust.Conn) error {
+	pm, err := gust.NewPreparedMessage(gust.OpText, []byte(`{"event":"tick"}`))
+	if err != nil {
+		return err
+	}
+	for _, c := range conns {
+		c.WritePrepared(pm) // gorilla: conn.WritePreparedMessage(pm)
+	}
+	return nil
+}
+
+// --- from lxzan/gws ---
+
+func migrateGwsUpgrader(handler gust.Event) *gust.Upgrader {
+	upgrader := &gust.Upgrader{
+		Handler: handler,
+		Options: gust.Options{
+			Parallel:       8,       // ParallelEnabled: true, ParallelGolimit: 8
+			MaxMessageSize: 1 << 20, // ReadMaxPayloadSize
+			Compression: gust.CompressionOptions{
+				Enabled:           true,
+				NoContextTakeover: true, // ServerContextTakeover: false
+			},
+		},
+	}
+	return upgrader
+}
+
+func authenticate(r *http.Request) (string, bool) {
+	user := r.URL.Query().Get("user")
+	return user, user != ""
+}
+
+func migrateGwsAuthorize(upgrader *gust.Upgrader) {
+	http.HandleFunc("/ws", func(w http.ResponseWriter, r *http.Request) {
+		user, ok := authenticate(r) // gws: ServerOption.Authorize
+		if !ok {
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		c, err := upgrader.Upgrade(w, r)
+		if err != nil {
+			return
+		}
+		c.Set("user", user) // gws: socket.Session().Store("user", user)
+		c.ReadLoop()
+	})
+}
+
+func migrateGwsServer(handler gust.Event) {
+	srv := &gust.Server{Upgrader: gust.Upgrader{Handler: handler}}
+	go func() {
+		if err := srv.ListenAndServe(":8080"); !errors.Is(err, gust.ErrServerClosed) {
+			log.Fatal(err)
+		}
+	}()
+	// later, on SIGTERM: 1001 to every connection, then wait for them
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	srv.Shutdown(ctx)
+}
+
+// --- the traps ---
+
+type keeper struct {
+	gust.BuiltinEventHandler
+	out chan []byte
+}
+
+func (k keeper) OnMessage(c *gust.Conn, m *gust.Message) {
+	k.out <- bytes.Clone(m.Data) // a copy: after m.Close, m.Data's bytes may hold another message
+	m.Close()
+}
+
+type slowAPI struct {
+	gust.BuiltinEventHandler
+	lookup func(q string) string // takes a while
+}
+
+func (s slowAPI) OnMessage(c *gust.Conn, m *gust.Message) {
+	q := string(m.Data) // a copy, since m is released below
+	m.Close()
+	go func() {
+		c.WriteString(s.lookup(q)) // writes are safe from any goroutine
+	}()
+}
