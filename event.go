@@ -13,10 +13,14 @@ type Event interface {
 	OnOpen(c *Conn)
 
 	// OnClose is called once, when the connection has ended. err is a
-	// *CloseError when the peer sent a close frame (its code and reason);
-	// a *ProtocolError when gust ended the connection because the peer broke
-	// the protocol or a limit (the code gust sent); ErrServerClosed or
-	// another error otherwise (an I/O error, a deadline).
+	// *CloseError when close frames were exchanged (the peer's code and
+	// reason, and who started); a *ProtocolError when gust failed the
+	// connection because the peer broke the protocol or a limit (the code
+	// gust sent); a *PanicError when a callback panicked (gust closed with
+	// 1011); ErrServerClosed when a Server cut it; an error wrapping
+	// os.ErrDeadlineExceeded when a write made no progress for
+	// Options.WriteTimeout, or net.ErrClosed after CloseNow; the I/O error
+	// otherwise (EOF, a reset, a read deadline).
 	OnClose(c *Conn, err error)
 
 	// OnPing is called for each ping frame. p is only valid until OnPing
