@@ -21,7 +21,7 @@ func TestPreparedMessageToMixedReceivers(t *testing.T) {
 	var mu sync.Mutex
 	var conns []*Conn
 	opened := make(chan struct{}, 10)
-	h := newFuncHandler()
+	h := newRecorder()
 	h.open = func(c *Conn) {
 		mu.Lock()
 		conns = append(conns, c)

@@ -10,13 +10,12 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-
-	"github.com/stretchr/testify/require"
+	utf8std "unicode/utf8"
 
 	"github.com/gustws/gust/internal/bufpool"
 	"github.com/gustws/gust/internal/handshake"
 	"github.com/gustws/gust/internal/utf8"
-	utf8std "unicode/utf8"
+	"github.com/stretchr/testify/require"
 )
 
 func TestNegotiateDeflate(t *testing.T) {
@@ -390,7 +389,7 @@ func TestCompressedInvalidUTF8(t *testing.T) {
 }
 
 func TestWriteUncompressed(t *testing.T) {
-	h := newFuncHandler()
+	h := newRecorder()
 	big := bytes.Repeat([]byte("z"), 4096)
 	h.open = func(c *Conn) {
 		require.True(t, c.Compressed())
@@ -428,7 +427,7 @@ func TestIdleCompressorReleaseKeepsContext(t *testing.T) {
 		sb.WriteByte(byte('a' + rng.IntN(26)))
 	}
 	msg := sb.String() // compresses poorly on its own, to nothing against itself
-	h := newFuncHandler()
+	h := newRecorder()
 	released := make(chan bool, 1)
 	h.open = func(c *Conn) {
 		require.NoError(t, c.WriteString(msg))

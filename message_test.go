@@ -5,9 +5,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/gustws/gust/internal/bufpool"
+	"github.com/stretchr/testify/require"
 )
 
 // TestMessageCloseTwice closes a message twice, then keeps the next two:
@@ -16,7 +15,7 @@ import (
 // messages came out as one.
 func TestMessageCloseTwice(t *testing.T) {
 	forEachFrameMode(t, func(t *testing.T, m serverMode) {
-		h := newFuncHandler()
+		h := newRecorder()
 		kept := make(chan *Message, 2)
 		h.message = func(_ *Conn, msg *Message) {
 			if string(msg.Data) == "closed twice" {

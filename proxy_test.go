@@ -287,10 +287,10 @@ func echoOnce(t *testing.T, wsURL string, opts *DialOptions) {
 	require.True(t, c.Compressed())
 	msg := []byte("through the proxy")
 	require.NoError(t, c.WriteMessage(OpText, msg))
-	h.expect(t, OpText, msg)
+	h.expectMessage(t, OpText, msg)
 	big := randomBytes(256 << 10)
 	require.NoError(t, c.WriteMessage(OpBinary, big))
-	h.expect(t, OpBinary, big)
+	h.expectMessage(t, OpBinary, big)
 }
 
 func compressed() Options { return Options{Compression: CompressionOptions{Enabled: true}} }
@@ -342,7 +342,7 @@ func TestDialThroughHTTPConnectProxy(t *testing.T) {
 }
 
 func TestDialWSSThroughHTTPConnectProxy(t *testing.T) {
-	cert, pool := dialTestCert(t, "gust.test")
+	cert, pool := testCert(t, "gust.test")
 	addr, sni := startTLSServer(t, newEcho(), &Options{Compression: CompressionOptions{Enabled: true}}, cert)
 	_, port, _ := net.SplitHostPort(addr)
 	p := startTestProxy(t, map[string]string{"gust.test": "127.0.0.1"}, serveConnect)
