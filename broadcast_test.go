@@ -31,13 +31,13 @@ func TestPreparedMessageToMixedReceivers(t *testing.T) {
 	addr := startServer(t, h, &Options{Compression: CompressionOptions{Enabled: true}})
 	offers := []string{"", "permessage-deflate", "permessage-deflate; server_no_context_takeover",
 		"permessage-deflate; server_max_window_bits=9"}
-	var clients []rawClientResp
+	var clients []*rawClient
 	for _, o := range offers {
 		var hdr []string
 		if o != "" {
 			hdr = append(hdr, "Sec-WebSocket-Extensions: "+o)
 		}
-		clients = append(clients, dialRawResp(t, addr, hdr...))
+		clients = append(clients, dialRaw(t, addr, nil, hdr...))
 		<-opened
 	}
 	// Each connection first sends a message of its own (so that a kept

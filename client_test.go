@@ -955,7 +955,7 @@ func TestClientWriteDoesNotAllocate(t *testing.T) {
 	if raceBuild() {
 		t.Skip("the race detector makes sync.Pool drop items at random; see BenchmarkDialWriteMessage1KiB")
 	}
-	addr := startServer(t, newRecorder(), nil)
+	addr := startServer(t, discardHandler{}, nil)
 	c, _, _ := dialTest(t, "ws://"+addr, nil)
 	p := randomBytes(1024)
 	allocs := testing.AllocsPerRun(1000, func() {

@@ -160,10 +160,10 @@ func TestCompressedEcho(t *testing.T) {
 			t.Run(offer, func(t *testing.T) {
 				h := newEcho()
 				addr := m.start(t, h, &Options{Compression: CompressionOptions{Enabled: true}})
-				nc := dialRawResp(t, addr, "Sec-WebSocket-Extensions: "+offer)
+				nc := dialRaw(t, addr, nil, "Sec-WebSocket-Extensions: "+offer)
 				// The server accepts each offer as it is: every parameter
 				// answered, server_max_window_bits=15 included.
-				require.Equal(t, offer, nc.resp.Header.Get("Sec-WebSocket-Extensions"))
+				require.Equal(t, offer, nc.lastResp.Header.Get("Sec-WebSocket-Extensions"))
 				dc := newDeflateClient()
 				sc := newDeflateClient()
 				msgs := []string{
@@ -227,7 +227,7 @@ func TestInflateBombClosesWith1009(t *testing.T) {
 	forEachFrameMode(t, func(t *testing.T, m serverMode) {
 		h := newEcho()
 		addr := m.start(t, h, &Options{MaxMessageSize: 1 << 20, Compression: CompressionOptions{Enabled: true}})
-		nc := dialRawResp(t, addr, "Sec-WebSocket-Extensions: permessage-deflate")
+		nc := dialRaw(t, addr, nil, "Sec-WebSocket-Extensions: permessage-deflate")
 		runtime.GC()
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
@@ -373,7 +373,7 @@ func TestInflateDoesNotAllocate(t *testing.T) {
 
 func TestInvalidDeflateDataCloses(t *testing.T) {
 	h := newEcho()
-	nc := dialRawResp(t, startServer(t, h, &Options{Compression: CompressionOptions{Enabled: true}}),
+	nc := dialRaw(t, startServer(t, h, &Options{Compression: CompressionOptions{Enabled: true}}), nil,
 		"Sec-WebSocket-Extensions: permessage-deflate")
 	nc.send(frame(0xC2, []byte{0xff, 0xff, 0xff, 0xff}))
 	nc.expectClose(StatusInvalidFramePayloadData)
@@ -381,7 +381,7 @@ func TestInvalidDeflateDataCloses(t *testing.T) {
 
 func TestCompressedInvalidUTF8(t *testing.T) {
 	h := newEcho()
-	nc := dialRawResp(t, startServer(t, h, &Options{Compression: CompressionOptions{Enabled: true}}),
+	nc := dialRaw(t, startServer(t, h, &Options{Compression: CompressionOptions{Enabled: true}}), nil,
 		"Sec-WebSocket-Extensions: permessage-deflate")
 	dc := newDeflateClient()
 	nc.send(frame(0xC1, dc.compress([]byte("ok \xed\xa0\x80 no"))))
@@ -396,25 +396,13 @@ func TestWriteUncompressed(t *testing.T) {
 		c.WriteUncompressed(OpBinary, big)
 		c.WriteAsync(OpBinary, big, nil)
 	}
-	nc := dialRawResp(t, startServer(t, h, &Options{Compression: CompressionOptions{Enabled: true}}),
+	nc := dialRaw(t, startServer(t, h, &Options{Compression: CompressionOptions{Enabled: true}}), nil,
 		"Sec-WebSocket-Extensions: permessage-deflate")
 	nc.expectMessage(OpBinary, big)
 	b0, p, err := nc.readFrame()
 	require.NoError(t, err)
 	require.Equal(t, byte(0xC2), b0)
 	require.Equal(t, big, newDeflateClient().decompress(t, p))
-}
-
-type rawClientResp struct {
-	*rawClient
-	resp *http.Response
-}
-
-// dialRawResp is dialRaw that also returns the handshake response.
-func dialRawResp(t *testing.T, addr string, headers ...string) rawClientResp {
-	t.Helper()
-	c := dialRaw(t, addr, nil, headers...)
-	return rawClientResp{rawClient: c, resp: c.lastResp}
 }
 
 // TestIdleCompressorReleaseKeepsContext checks that a connection that gave
@@ -438,7 +426,7 @@ func TestIdleCompressorReleaseKeepsContext(t *testing.T) {
 		c.wr.mu.Unlock()
 		require.NoError(t, c.WriteString(msg))
 	}
-	nc := dialRawResp(t, startServer(t, h, &Options{Compression: CompressionOptions{Enabled: true}}),
+	nc := dialRaw(t, startServer(t, h, &Options{Compression: CompressionOptions{Enabled: true}}), nil,
 		"Sec-WebSocket-Extensions: permessage-deflate")
 	require.True(t, <-released)
 	sc := newDeflateClient()
