@@ -9,6 +9,7 @@ import (
 )
 
 func TestPreparedMessageToMixedReceivers(t *testing.T) {
+	t.Parallel()
 	text := strings.Repeat(`{"topic":"prices","symbol":"GUST","bid":101.25,"ask":101.5}`, 20)
 	pm, err := NewPreparedMessage(OpText, []byte(text))
 	require.NoError(t, err)

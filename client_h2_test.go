@@ -36,6 +36,7 @@ func dialH2Options(t *testing.T, addr string) (string, *DialOptions) {
 }
 
 func TestDialH2Echo(t *testing.T) {
+	t.Parallel()
 	server := newEcho()
 	addr := startH2(t, server, &Options{Compression: CompressionOptions{Enabled: true}})
 	url, opts := dialH2Options(t, addr)
@@ -61,6 +62,7 @@ func TestDialH2Echo(t *testing.T) {
 }
 
 func TestDialH2FallsBackWhenTheServerSpeaksHTTP1(t *testing.T) {
+	t.Parallel()
 	u := newUpgrader(newEcho(), nil)
 	ts := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, err := u.Upgrade(w, r)
@@ -85,6 +87,7 @@ func TestDialH2FallsBackWhenTheServerSpeaksHTTP1(t *testing.T) {
 // TestDialH2BadServerFrames runs frame-level failures the other way: a
 // server that breaks the protocol on an HTTP/2 stream, and gust's client.
 func TestDialH2BadServerFrames(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		send []byte
@@ -161,6 +164,7 @@ func countDials(n *atomic.Int32) func(ctx context.Context, network, addr string)
 // net/http's HTTP/2 transport enforces it instead, so Dial has to redo the
 // handshake over HTTP/1.1.
 func TestDialH2ContentLengthOnConnect(t *testing.T) {
+	t.Parallel()
 	u := newUpgrader(newEcho(), nil)
 	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", "0")
@@ -294,6 +298,7 @@ func startH2Child(t *testing.T) (addr string, pool *x509.CertPool) {
 // refusal by its message (net/http exports no error for it), so this test
 // is what notices when the message changes.
 func TestDialH2FallsBackWithoutExtendedConnect(t *testing.T) {
+	t.Parallel()
 	addr, pool := startH2Child(t)
 	var dials atomic.Int32
 	opts := &DialOptions{TLSConfig: &tls.Config{RootCAs: pool},

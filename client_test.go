@@ -72,6 +72,7 @@ func randomBytes(n int) []byte {
 }
 
 func TestDialEcho(t *testing.T) {
+	t.Parallel()
 	forEachMode(t, func(t *testing.T, m serverMode) {
 		srv := newEcho()
 		addr := m.start(t, srv, nil)
@@ -122,6 +123,7 @@ func (c *countingConn) Write(p []byte) (int, error) {
 }
 
 func TestDialCompression(t *testing.T) {
+	t.Parallel()
 	type side struct {
 		writeBits, readBits   int
 		writeNoCtx, readNoCtx bool
@@ -246,6 +248,7 @@ func TestDialCompression(t *testing.T) {
 }
 
 func TestDialSubprotocol(t *testing.T) {
+	t.Parallel()
 	forEachMode(t, func(t *testing.T, m serverMode) {
 		addr := m.serve(t, newEcho(), nil, func(u *Upgrader) { u.Subprotocols = []string{"chat.v2", "chat.v1"} })
 		c, resp, _ := dialTest(t, "ws://"+addr, &DialOptions{Subprotocols: []string{"chat.v1", "chat.v2"}})
@@ -258,6 +261,7 @@ func TestDialSubprotocol(t *testing.T) {
 }
 
 func TestDialRefused(t *testing.T) {
+	t.Parallel()
 	forEachMode(t, func(t *testing.T, m serverMode) {
 		addr := m.serve(t, newEcho(), nil, func(u *Upgrader) { u.CheckOrigin = func(*http.Request) bool { return false } })
 		opts := &DialOptions{Header: http.Header{"Origin": {"https://elsewhere.example"}}}
@@ -294,6 +298,7 @@ func TestDialRefused(t *testing.T) {
 }
 
 func TestDialDoesNotFollowRedirects(t *testing.T) {
+	t.Parallel()
 	var hits atomic.Int32
 	mux := http.NewServeMux()
 	mux.HandleFunc("/old", func(w http.ResponseWriter, r *http.Request) {
@@ -379,6 +384,7 @@ func switching(key string, extra ...string) string {
 }
 
 func TestDialChecksTheResponse(t *testing.T) {
+	t.Parallel()
 	deflate := CompressionOptions{Enabled: true}
 	cases := []struct {
 		name     string
@@ -467,6 +473,7 @@ func TestDialChecksTheResponse(t *testing.T) {
 }
 
 func TestDialAcceptsWhatRFC7692Allows(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name     string
 		offer    CompressionOptions
@@ -508,6 +515,7 @@ func TestDialAcceptsWhatRFC7692Allows(t *testing.T) {
 }
 
 func TestDeflateOffer(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		o    CompressionOptions
 		want string
@@ -533,6 +541,7 @@ func TestDeflateOffer(t *testing.T) {
 // that bytes the server sends right after its 101 (in the same segment)
 // reach the client, and that the client masks what it writes.
 func TestDialRequestAndEarlyBytes(t *testing.T) {
+	t.Parallel()
 	reqs := make(chan *http.Request, 1)
 	frames := make(chan []byte, 1)
 	errs := make(chan error, 1)
@@ -620,6 +629,7 @@ func TestDialRequestAndEarlyBytes(t *testing.T) {
 }
 
 func TestDialRejectsBadInput(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	for _, tc := range []struct {
 		url  string
@@ -643,6 +653,7 @@ func TestDialRejectsBadInput(t *testing.T) {
 }
 
 func TestDialBoundedByContext(t *testing.T) {
+	t.Parallel()
 	accepted := make(chan net.Conn, 8)
 	addr := rawServer(t, func(nc net.Conn) {
 		accepted <- nc
@@ -698,6 +709,7 @@ func TestDialBoundedByContext(t *testing.T) {
 }
 
 func TestDialConnectionRefused(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := ln.Addr().String()
@@ -743,6 +755,7 @@ func redirectDial(addr string, asked chan<- string) func(ctx context.Context, ne
 }
 
 func TestDialTLS(t *testing.T) {
+	t.Parallel()
 	cert, pool := testCert(t, "gust.test")
 	addr, sni := startTLSServer(t, newEcho(), &Options{Compression: CompressionOptions{Enabled: true}}, cert)
 
@@ -856,6 +869,7 @@ func dialOver(ctx context.Context, conn net.Conn, rawURL string, h Event, opts *
 }
 
 func TestDialOverAConnectionOfAnyKind(t *testing.T) {
+	t.Parallel()
 	opts := &Options{Compression: CompressionOptions{Enabled: true}}
 	dopts := &DialOptions{Options: *opts, Subprotocols: []string{"p"}}
 	exchange := func(t *testing.T, c *Conn, h *recorder) {
@@ -925,6 +939,7 @@ func TestDialOverAConnectionOfAnyKind(t *testing.T) {
 }
 
 func TestDialResponseHeadLimit(t *testing.T) {
+	t.Parallel()
 	addr := rawServer(t, answer(func(key string) string {
 		return switching(key, "X-Big: "+strings.Repeat("b", 8000))
 	}, nil))

@@ -11,6 +11,7 @@ import (
 )
 
 func TestCloseChecksCodeAndReason(t *testing.T) {
+	t.Parallel()
 	forEachMode(t, func(t *testing.T, m serverMode) {
 		h := newRecorder()
 		errs := make(chan []error, 1)
@@ -56,6 +57,7 @@ func TestCloseChecksCodeAndReason(t *testing.T) {
 // only a server sends (1001 going away, 1008 policy, 1011 internal error,
 // 1012–1014) and an application code, each received by gust's client.
 func TestEveryWireCodeReachesTheClient(t *testing.T) {
+	t.Parallel()
 	for _, code := range []StatusCode{1000, 1001, 1002, 1003, 1007, 1008, 1009, 1010, 1011, 1012, 1013, 1014, 3000, 4008, 4999} {
 		t.Run(code.String(), func(t *testing.T) {
 			h := newRecorder()
@@ -75,6 +77,7 @@ func TestEveryWireCodeReachesTheClient(t *testing.T) {
 }
 
 func TestCloseNowCutsAtOnce(t *testing.T) {
+	t.Parallel()
 	h := newRecorder()
 	addr := startServer(t, h, &Options{WriteTimeout: time.Hour})
 	raw := dialRaw(t, addr, nil) // never reads
@@ -93,6 +96,7 @@ func TestCloseNowCutsAtOnce(t *testing.T) {
 }
 
 func TestCloseTimeoutWhenPeerNeverAnswers(t *testing.T) {
+	t.Parallel()
 	h := newRecorder()
 	h.open = func(c *Conn) { c.Close(1000, "") }
 	c := dialRaw(t, startServer(t, h, &Options{CloseTimeout: 100 * time.Millisecond}), nil)
@@ -104,6 +108,7 @@ func TestCloseTimeoutWhenPeerNeverAnswers(t *testing.T) {
 }
 
 func TestStatusCodeString(t *testing.T) {
+	t.Parallel()
 	require.Equal(t, "NormalClosure", StatusNormalClosure.String())
 	require.Equal(t, "StatusCode(4000)", StatusCode(4000).String())
 	require.Equal(t, StatusCode(0), CloseStatus(errors.New("x")))
@@ -116,6 +121,7 @@ func TestStatusCodeString(t *testing.T) {
 }
 
 func TestMessagesAfterOurCloseAreDropped(t *testing.T) {
+	t.Parallel()
 	h := newRecorder()
 	h.open = func(c *Conn) { c.Close(StatusNormalClosure, "") }
 	c := dialRaw(t, startServer(t, h, nil), nil)
@@ -128,6 +134,7 @@ func TestMessagesAfterOurCloseAreDropped(t *testing.T) {
 }
 
 func TestProtocolErrorAfterOurClose(t *testing.T) {
+	t.Parallel()
 	h := newRecorder()
 	h.open = func(c *Conn) { c.Close(4000, "bye") }
 	c := dialRaw(t, startServer(t, h, nil), nil)

@@ -19,6 +19,7 @@ import (
 )
 
 func TestNegotiateDeflate(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		offer string
 		opts  CompressionOptions
@@ -76,6 +77,7 @@ func TestNegotiateDeflate(t *testing.T) {
 // must accept every answer, and both sides must agree on each direction's
 // window and context.
 func TestNegotiationAgrees(t *testing.T) {
+	t.Parallel()
 	var clients, servers []CompressionOptions
 	for _, noCtx := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
 		for sb := minWindowBits; sb <= maxWindowBits; sb++ {
@@ -154,6 +156,7 @@ func (d *deflateClient) decompress(t *testing.T, p []byte) []byte {
 }
 
 func TestCompressedEcho(t *testing.T) {
+	t.Parallel()
 	forEachFrameMode(t, func(t *testing.T, m serverMode) {
 		for _, offer := range []string{"permessage-deflate", "permessage-deflate; server_no_context_takeover; client_no_context_takeover",
 			"permessage-deflate; server_max_window_bits=9", "permessage-deflate; server_max_window_bits=15"} {
@@ -200,6 +203,7 @@ func TestCompressedEcho(t *testing.T) {
 }
 
 func TestRSV1WithoutNegotiationIsAnError(t *testing.T) {
+	t.Parallel()
 	h := newEcho()
 	c := dialRaw(t, startServer(t, h, &Options{Compression: CompressionOptions{Enabled: true}}), nil)
 	c.send(frame(0xC1, []byte{0x01, 0x02}))
@@ -303,6 +307,7 @@ func textOfSize(rng *rand.Rand, n int, repetitive bool) []byte {
 // boundaries and the limit, with context takeover, and checks the bytes,
 // the text check and the window.
 func TestInflateChunks(t *testing.T) {
+	t.Parallel()
 	const limit = 1 << 18
 	rng := rand.New(rand.NewPCG(3, 4))
 	opts := CompressionOptions{Enabled: true}.rfc(true)
@@ -372,6 +377,7 @@ func TestInflateDoesNotAllocate(t *testing.T) {
 }
 
 func TestInvalidDeflateDataCloses(t *testing.T) {
+	t.Parallel()
 	h := newEcho()
 	nc := dialRaw(t, startServer(t, h, &Options{Compression: CompressionOptions{Enabled: true}}), nil,
 		"Sec-WebSocket-Extensions: permessage-deflate")
@@ -380,6 +386,7 @@ func TestInvalidDeflateDataCloses(t *testing.T) {
 }
 
 func TestCompressedInvalidUTF8(t *testing.T) {
+	t.Parallel()
 	h := newEcho()
 	nc := dialRaw(t, startServer(t, h, &Options{Compression: CompressionOptions{Enabled: true}}), nil,
 		"Sec-WebSocket-Extensions: permessage-deflate")
@@ -389,6 +396,7 @@ func TestCompressedInvalidUTF8(t *testing.T) {
 }
 
 func TestWriteUncompressed(t *testing.T) {
+	t.Parallel()
 	h := newRecorder()
 	big := bytes.Repeat([]byte("z"), 4096)
 	h.open = func(c *Conn) {
@@ -409,6 +417,7 @@ func TestWriteUncompressed(t *testing.T) {
 // its compressor back goes on compressing from an empty window, which the
 // peer's inflater (which kept its window) decodes as well.
 func TestIdleCompressorReleaseKeepsContext(t *testing.T) {
+	t.Parallel()
 	var sb strings.Builder
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := 0; i < 1000; i++ {
@@ -442,6 +451,7 @@ func TestIdleCompressorReleaseKeepsContext(t *testing.T) {
 }
 
 func TestSlideWindow(t *testing.T) {
+	t.Parallel()
 	var w []byte
 	var all []byte
 	for i := 0; i < 200; i++ {

@@ -17,6 +17,7 @@ import (
 )
 
 func TestPingPongAndSession(t *testing.T) {
+	t.Parallel()
 	pongs := make(chan string, 1)
 	h := newRecorder()
 	h.open = func(c *Conn) { c.Set("user", "ann") }
@@ -35,6 +36,7 @@ func TestPingPongAndSession(t *testing.T) {
 }
 
 func TestConnValues(t *testing.T) {
+	t.Parallel()
 	c := newConn(plainConn{}, newConfig(Options{}, true), BuiltinEventHandler{}, true, nil, "")
 	_, ok := c.Get("a")
 	require.False(t, ok)
@@ -51,6 +53,7 @@ func TestConnValues(t *testing.T) {
 }
 
 func TestPanicInCallbackClosesWith1011(t *testing.T) {
+	t.Parallel()
 	forEachMode(t, func(t *testing.T, m serverMode) {
 		for _, parallel := range []bool{false, true} {
 			h := newRecorder()
@@ -76,6 +79,7 @@ func TestPanicInCallbackClosesWith1011(t *testing.T) {
 }
 
 func TestParallelHandlesConcurrently(t *testing.T) {
+	t.Parallel()
 	h := newRecorder()
 	var inflight, peak atomic.Int32
 	release := make(chan struct{})
@@ -106,6 +110,7 @@ func TestParallelHandlesConcurrently(t *testing.T) {
 }
 
 func TestClientSideConnMasksWritesAndReadsUnmaskedFrames(t *testing.T) {
+	t.Parallel()
 	peer, nc := tcpPair(t)
 	h := newRecorder()
 	c := newConn(nc, newConfig(Options{ReadBufferSize: 512, WriteBufferSize: 1024}, false), h, false, nil, "")
@@ -176,6 +181,7 @@ func TestClientSideConnMasksWritesAndReadsUnmaskedFrames(t *testing.T) {
 }
 
 func TestClientSideConnAnswersAndEndsOnClose(t *testing.T) {
+	t.Parallel()
 	peer, nc := tcpPair(t)
 	h := newRecorder()
 	c := newConn(plainConn{nc}, newConfig(Options{}, true), h, false, nil, "")
@@ -197,6 +203,7 @@ func TestClientSideConnAnswersAndEndsOnClose(t *testing.T) {
 }
 
 func TestConnAccessorsAndDeadlines(t *testing.T) {
+	t.Parallel()
 	forEachTCPMode(t, func(t *testing.T, m serverMode) {
 		h := newRecorder()
 		type seen struct {
@@ -233,6 +240,7 @@ func TestConnAccessorsAndDeadlines(t *testing.T) {
 }
 
 func TestReadLoopRunsOnce(t *testing.T) {
+	t.Parallel()
 	peer, nc := tcpPair(t)
 	h := newRecorder()
 	var c *Conn
@@ -252,6 +260,7 @@ func TestReadLoopRunsOnce(t *testing.T) {
 }
 
 func TestPanicInOnCloseIsRecovered(t *testing.T) {
+	t.Parallel()
 	var logged safeBuffer
 	h := &panicOnClose{newRecorder()}
 	c := dialRaw(t, startServer(t, h, &Options{ErrorLog: newLogger(&logged)}), nil)

@@ -9,6 +9,7 @@ import (
 )
 
 func TestBuiltinEventHandler(t *testing.T) {
+	t.Parallel()
 	var b BuiltinEventHandler
 	m := newMessage(OpText, bufpool.Get(3), 3)
 	b.OnMessage(nil, m)

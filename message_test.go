@@ -14,6 +14,7 @@ import (
 // into a pool, the second Close put it back twice, and the next two
 // messages came out as one.
 func TestMessageCloseTwice(t *testing.T) {
+	t.Parallel()
 	forEachFrameMode(t, func(t *testing.T, m serverMode) {
 		h := newRecorder()
 		kept := make(chan *Message, 2)
@@ -48,6 +49,7 @@ func TestMessageCloseTwice(t *testing.T) {
 // TestMessageLateClose closes a message again after later messages took
 // buffers from the pool: their bytes must not move.
 func TestMessageLateClose(t *testing.T) {
+	t.Parallel()
 	a := newMessage(OpText, bufpool.Get(5), 5)
 	copy(a.Data, "first")
 	a.Close()
@@ -65,6 +67,7 @@ func TestMessageLateClose(t *testing.T) {
 // TestMessageCloseConcurrently closes one message from several goroutines
 // at once: the buffer goes back once (the race detector watches).
 func TestMessageCloseConcurrently(t *testing.T) {
+	t.Parallel()
 	m := newMessage(OpBinary, bufpool.Get(64), 64)
 	var wg sync.WaitGroup
 	for range 4 {

@@ -14,6 +14,7 @@ import (
 )
 
 func TestEchoSizes(t *testing.T) {
+	t.Parallel()
 	forEachFrameMode(t, func(t *testing.T, m serverMode) {
 		h := newEcho()
 		addr := m.start(t, h, nil)
@@ -35,6 +36,7 @@ func TestEchoSizes(t *testing.T) {
 }
 
 func TestFragmentsWithInterleavedControl(t *testing.T) {
+	t.Parallel()
 	forEachFrameMode(t, func(t *testing.T, m serverMode) {
 		h := newEcho()
 		c := dialRaw(t, m.start(t, h, nil), nil)
@@ -49,6 +51,7 @@ func TestFragmentsWithInterleavedControl(t *testing.T) {
 }
 
 func TestHandshakeBytesAfterRequestAreKept(t *testing.T) {
+	t.Parallel()
 	forEachMode(t, func(t *testing.T, m serverMode) {
 		h := newEcho()
 		first := append(frame(0x81, []byte("one")), frame(0x82, []byte("two"))...)
@@ -64,6 +67,7 @@ func closePayload(code StatusCode, reason string) []byte {
 }
 
 func TestBadFramesGetTheRFCsCloseCode(t *testing.T) {
+	t.Parallel()
 	big := make([]byte, 10)
 	big[0] = 0x82
 	big[1] = 0x80 | 127
@@ -123,6 +127,7 @@ func TestBadFramesGetTheRFCsCloseCode(t *testing.T) {
 // TestUTF8FailsFast checks that invalid text is refused as soon as the bad
 // byte arrives, before the rest of the frame.
 func TestUTF8FailsFast(t *testing.T) {
+	t.Parallel()
 	forEachFrameMode(t, func(t *testing.T, m serverMode) {
 		h := newEcho()
 		c := dialRaw(t, m.start(t, h, nil), nil)
@@ -134,6 +139,7 @@ func TestUTF8FailsFast(t *testing.T) {
 }
 
 func TestLargeFragmentedMessagesReadStraightIntoTheMessage(t *testing.T) {
+	t.Parallel()
 	forEachTCPMode(t, func(t *testing.T, m serverMode) {
 		h := newEcho()
 		c := dialRaw(t, m.start(t, h, &Options{ReadBufferSize: 512}), nil)
@@ -157,6 +163,7 @@ func TestLargeFragmentedMessagesReadStraightIntoTheMessage(t *testing.T) {
 }
 
 func TestPeerResetEndsTheConnection(t *testing.T) {
+	t.Parallel()
 	forEachTCPMode(t, func(t *testing.T, m serverMode) {
 		h := newRecorder()
 		c := dialRaw(t, m.start(t, h, nil), nil)
@@ -173,6 +180,7 @@ func TestPeerResetEndsTheConnection(t *testing.T) {
 }
 
 func TestEOFInsidePayloadIsUnexpected(t *testing.T) {
+	t.Parallel()
 	forEachTCPMode(t, func(t *testing.T, m serverMode) {
 		h := newRecorder()
 		c := dialRaw(t, m.start(t, h, nil), nil)
@@ -188,6 +196,7 @@ func TestEOFInsidePayloadIsUnexpected(t *testing.T) {
 // length, added to the bytes of the message so far, overflows int64 must be
 // refused with 1009 like any other message over the limit.
 func TestLengthOverflowInContinuation(t *testing.T) {
+	t.Parallel()
 	head := binary.BigEndian.AppendUint64([]byte{0x80, 0x80 | 127}, 1<<63-1)
 	in := append(frame(0x02, []byte("a")), append(head, 1, 2, 3, 4)...)
 
@@ -214,6 +223,7 @@ func TestLengthOverflowInContinuation(t *testing.T) {
 // as noEOF's comment in reader.go promises ("an EOF in the middle of a
 // frame").
 func TestTruncatedFrames(t *testing.T) {
+	t.Parallel()
 	ping := frame(0x89, []byte("hello"))
 	long := frame(0x82, make([]byte, 300))
 	for _, tt := range []struct {

@@ -103,6 +103,7 @@ func (c *firstReadConn) Read(b []byte) (int, error) {
 // write, or in pieces, by a frame: the head must be parsed whole, and the
 // frame must reach the connection.
 func TestServerHandshakeHeadSizes(t *testing.T) {
+	t.Parallel()
 	const maxHead = 3000 // not a power of two: the last growth stops short of a class size
 	addr := startServerMaxHead(t, newEcho(), maxHead)
 	base := len(handshakeRequest(addr, "X-Pad: "))
@@ -156,6 +157,7 @@ func TestServerHandshakeHeadSizes(t *testing.T) {
 // TestServerHandshakeAcceptsEmptyBody checks that a Content-Length of 0,
 // which announces no body, is not refused.
 func TestServerHandshakeAcceptsEmptyBody(t *testing.T) {
+	t.Parallel()
 	forEachMode(t, func(t *testing.T, m serverMode) {
 		addr := m.start(t, newEcho(), nil)
 		c := dialRaw(t, addr, frame(0x81, []byte("hi")), "Content-Length: 0")
@@ -164,6 +166,7 @@ func TestServerHandshakeAcceptsEmptyBody(t *testing.T) {
 }
 
 func TestServerRefusesMalformedAndHugeHeads(t *testing.T) {
+	t.Parallel()
 	h := newEcho()
 	addr := startServerMaxHead(t, h, 1024)
 	for _, tt := range []struct {

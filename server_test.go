@@ -23,6 +23,7 @@ import (
 )
 
 func TestShutdownSendsGoingAway(t *testing.T) {
+	t.Parallel()
 	h := newEcho()
 	s := newServer(h, nil)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -49,6 +50,7 @@ func TestShutdownSendsGoingAway(t *testing.T) {
 }
 
 func TestShutdownContextCutsSilentPeers(t *testing.T) {
+	t.Parallel()
 	h := newEcho()
 	s := newServer(h, nil)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -63,6 +65,7 @@ func TestShutdownContextCutsSilentPeers(t *testing.T) {
 }
 
 func TestServerRefusesRelativeTargetAndIgnoresHalfHeads(t *testing.T) {
+	t.Parallel()
 	h := newRecorder()
 	addr := startServer(t, h, nil)
 
@@ -90,6 +93,7 @@ func TestServerRefusesRelativeTargetAndIgnoresHalfHeads(t *testing.T) {
 }
 
 func TestCloseDropsHandshakesInProgress(t *testing.T) {
+	t.Parallel()
 	s := newServer(newRecorder(), nil) // HandshakeTimeout 10s
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -126,6 +130,7 @@ func TestCloseDropsHandshakesInProgress(t *testing.T) {
 // closed unanswered, and Serve's bookkeeping for it is ordered with Close's
 // wait for the connections.
 func TestCloseWhileAcceptingAConnection(t *testing.T) {
+	t.Parallel()
 	h := newRecorder()
 	s := newServer(h, nil)
 	ln := newFakeListener()
@@ -209,6 +214,7 @@ func (e tempError) Timeout() bool   { return e.timeout }
 func (e tempError) Temporary() bool { return !e.timeout }
 
 func TestServeBacksOffOnTemporaryAcceptErrors(t *testing.T) {
+	t.Parallel()
 	var logged safeBuffer
 	s := newServer(newRecorder(), &Options{ErrorLog: newLogger(&logged)})
 	ln := newFakeListener(tempError{}, tempError{timeout: true}, fmt.Errorf("wrapped: %w", tempError{}))
@@ -233,6 +239,7 @@ func TestServeBacksOffOnTemporaryAcceptErrors(t *testing.T) {
 }
 
 func TestServeReturnsPermanentAcceptErrors(t *testing.T) {
+	t.Parallel()
 	boom := errors.New("listener broke")
 	s := newServer(newRecorder(), nil)
 	require.ErrorIs(t, s.Serve(newFakeListener(boom)), boom)

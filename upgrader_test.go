@@ -15,6 +15,7 @@ import (
 )
 
 func TestHandshakeRefusals(t *testing.T) {
+	t.Parallel()
 	valid := func(addr string) string { return handshakeRequest(addr) }
 	tests := []struct {
 		name   string
@@ -80,6 +81,7 @@ func TestHandshakeRefusals(t *testing.T) {
 }
 
 func TestSameOriginAndSubprotocol(t *testing.T) {
+	t.Parallel()
 	forEachMode(t, func(t *testing.T, m serverMode) {
 		h := newEcho()
 		addr := m.serve(t, h, nil, func(u *Upgrader) {
@@ -98,6 +100,7 @@ func TestSameOriginAndSubprotocol(t *testing.T) {
 }
 
 func TestUpgradeWithoutHijacker(t *testing.T) {
+	t.Parallel()
 	u := newUpgrader(newRecorder(), nil)
 	r := httptest.NewRequest(http.MethodGet, "/", nil)
 	r.Header = http.Header{
@@ -136,6 +139,7 @@ func (w *unwrapWriter) Unwrap() http.ResponseWriter {
 }
 
 func TestUpgradeBehindMiddleware(t *testing.T) {
+	t.Parallel()
 	for _, unwrap := range []bool{true, false} {
 		t.Run(fmt.Sprintf("Unwrap=%v", unwrap), func(t *testing.T) {
 			h := newEcho()
@@ -169,6 +173,7 @@ func TestUpgradeBehindMiddleware(t *testing.T) {
 }
 
 func TestNoCommonSubprotocol(t *testing.T) {
+	t.Parallel()
 	forEachTCPMode(t, func(t *testing.T, m serverMode) {
 		h := newRecorder()
 		proto := make(chan string, 1)

@@ -15,6 +15,7 @@ import (
 )
 
 func TestWriteValidation(t *testing.T) {
+	t.Parallel()
 	h := newRecorder()
 	errs := make(chan []error, 1)
 	h.open = func(c *Conn) {
@@ -30,6 +31,7 @@ func TestWriteValidation(t *testing.T) {
 }
 
 func TestWriteAsyncIsBounded(t *testing.T) {
+	t.Parallel()
 	h := newRecorder()
 	results := make(chan error, 100)
 	queued := make(chan []error, 1)
@@ -63,6 +65,7 @@ func TestWriteAsyncIsBounded(t *testing.T) {
 }
 
 func TestWriteAsyncDelivers(t *testing.T) {
+	t.Parallel()
 	h := newRecorder()
 	var wg sync.WaitGroup
 	wg.Add(3)
@@ -82,6 +85,7 @@ func TestWriteAsyncDelivers(t *testing.T) {
 }
 
 func TestCorkedWritesFlushWhenTheBufferFills(t *testing.T) {
+	t.Parallel()
 	h := newRecorder()
 	opts := &Options{WriteBufferSize: 1024}
 	srv := newServer(&corkFiller{h}, opts)
@@ -111,6 +115,7 @@ func (h *corkFiller) OnMessage(c *Conn, m *Message) {
 }
 
 func TestWriteErrorsReachOnClose(t *testing.T) {
+	t.Parallel()
 	t.Run("direct", func(t *testing.T) {
 		h := newRecorder()
 		writeErr := make(chan error, 1)
@@ -153,6 +158,7 @@ func (h *lateWriter) OnMessage(c *Conn, m *Message) {
 }
 
 func TestLargeServerFramesGoOutWholeThroughTheWriteBuffer(t *testing.T) {
+	t.Parallel()
 	for _, size := range []int{1024, 4096, 64 << 10} {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
 			h := newRecorder()
