@@ -9,6 +9,7 @@ import (
 )
 
 func TestPreparedMessageToMixedReceivers(t *testing.T) {
+	t.Parallel()
 	text := strings.Repeat(`{"topic":"prices","symbol":"GUST","bid":101.25,"ask":101.5}`, 20)
 	pm, err := NewPreparedMessage(OpText, []byte(text))
 	require.NoError(t, err)
@@ -21,7 +22,7 @@ func TestPreparedMessageToMixedReceivers(t *testing.T) {
 	var mu sync.Mutex
 	var conns []*Conn
 	opened := make(chan struct{}, 10)
-	h := newFuncHandler()
+	h := newRecorder()
 	h.open = func(c *Conn) {
 		mu.Lock()
 		conns = append(conns, c)
@@ -31,13 +32,13 @@ func TestPreparedMessageToMixedReceivers(t *testing.T) {
 	addr := startServer(t, h, &Options{Compression: CompressionOptions{Enabled: true}})
 	offers := []string{"", "permessage-deflate", "permessage-deflate; server_no_context_takeover",
 		"permessage-deflate; server_max_window_bits=9"}
-	var clients []rawClientResp
+	var clients []*rawClient
 	for _, o := range offers {
 		var hdr []string
 		if o != "" {
 			hdr = append(hdr, "Sec-WebSocket-Extensions: "+o)
 		}
-		clients = append(clients, dialRawResp(t, addr, hdr...))
+		clients = append(clients, dialRaw(t, addr, nil, hdr...))
 		<-opened
 	}
 	// Each connection first sends a message of its own (so that a kept

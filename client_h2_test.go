@@ -35,41 +35,12 @@ func dialH2Options(t *testing.T, addr string) (string, *DialOptions) {
 	}
 }
 
-// collector records what a client Conn receives.
-type collector struct {
-	BuiltinEventHandler
-	msgs   chan *Message
-	closed chan error
-}
-
-func newCollector() *collector {
-	return &collector{msgs: make(chan *Message, 16), closed: make(chan error, 1)}
-}
-
-func (h *collector) OnMessage(c *Conn, m *Message) { h.msgs <- m }
-func (h *collector) OnClose(c *Conn, err error)    { h.closed <- err }
-
-func (h *collector) next(t *testing.T) *Message {
-	t.Helper()
-	select {
-	case m := <-h.msgs:
-		return m
-	case <-time.After(10 * time.Second):
-		t.Fatal("no message")
-		return nil
-	}
-}
-
-func (h *collector) waitClose(t *testing.T) error {
-	t.Helper()
-	return waitErr(t, h.closed)
-}
-
 func TestDialH2Echo(t *testing.T) {
+	t.Parallel()
 	server := newEcho()
 	addr := startH2(t, server, &Options{Compression: CompressionOptions{Enabled: true}})
 	url, opts := dialH2Options(t, addr)
-	h := newCollector()
+	h := newRecorder()
 	c, resp, err := Dial(context.Background(), url, h, opts)
 	require.NoError(t, err)
 	require.Equal(t, 2, resp.ProtoMajor)
@@ -81,10 +52,9 @@ func TestDialH2Echo(t *testing.T) {
 		p  []byte
 	}{{OpText, []byte("hello over h2")}, {OpBinary, []byte{1, 2, 3}}, {OpBinary, big}} {
 		require.NoError(t, c.WriteMessage(m.op, m.p))
-		got := h.next(t)
-		require.Equal(t, m.op, got.Opcode)
-		require.Equal(t, m.p, got.Data)
-		got.Close()
+		got := h.waitMessage(t)
+		require.Equal(t, m.op, got.op)
+		require.Equal(t, m.p, got.data)
 	}
 	require.NoError(t, c.Close(StatusNormalClosure, "done"))
 	require.Equal(t, StatusNormalClosure, CloseStatus(h.waitClose(t)))
@@ -92,6 +62,7 @@ func TestDialH2Echo(t *testing.T) {
 }
 
 func TestDialH2FallsBackWhenTheServerSpeaksHTTP1(t *testing.T) {
+	t.Parallel()
 	u := newUpgrader(newEcho(), nil)
 	ts := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, err := u.Upgrade(w, r)
@@ -100,15 +71,15 @@ func TestDialH2FallsBackWhenTheServerSpeaksHTTP1(t *testing.T) {
 		}
 	}))
 	defer ts.Close()
-	h := newCollector()
+	h := newRecorder()
 	opts := &DialOptions{TLSConfig: ts.Client().Transport.(*http.Transport).TLSClientConfig, HTTP2: true}
 	c, resp, err := Dial(context.Background(), "wss://"+strings.TrimPrefix(ts.URL, "https://"), h, opts)
 	require.NoError(t, err)
 	require.Equal(t, 1, resp.ProtoMajor)
 	go c.ReadLoop()
 	require.NoError(t, c.WriteString("plain"))
-	m := h.next(t)
-	require.Equal(t, "plain", string(m.Data))
+	m := h.waitMessage(t)
+	require.Equal(t, "plain", string(m.data))
 	require.NoError(t, c.Close(StatusNormalClosure, ""))
 	h.waitClose(t)
 }
@@ -116,6 +87,7 @@ func TestDialH2FallsBackWhenTheServerSpeaksHTTP1(t *testing.T) {
 // TestDialH2BadServerFrames runs frame-level failures the other way: a
 // server that breaks the protocol on an HTTP/2 stream, and gust's client.
 func TestDialH2BadServerFrames(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		send []byte
@@ -139,22 +111,17 @@ func TestDialH2BadServerFrames(t *testing.T) {
 				w.Write(tt.send)
 				rc.Flush()
 				// Read the client's close frame (masked) and report its payload.
-				var h [6]byte
-				if _, err := io.ReadFull(r.Body, h[:]); err != nil {
+				f, err := readWireFrame(r.Body)
+				if err != nil {
 					got <- nil
 					return
 				}
-				p := make([]byte, h[1]&0x7f)
-				io.ReadFull(r.Body, p)
-				for i := range p {
-					p[i] ^= h[2+i&3]
-				}
-				got <- append([]byte{h[0]}, p...)
+				got <- append([]byte{f.b0}, f.payload...)
 			}))
 			ts.EnableHTTP2 = true
 			ts.StartTLS()
 			defer ts.Close()
-			h := newCollector()
+			h := newRecorder()
 			opts := &DialOptions{Options: Options{MaxMessageSize: 1000},
 				TLSConfig: ts.Client().Transport.(*http.Transport).TLSClientConfig, HTTP2: true}
 			c, resp, err := Dial(context.Background(), "wss://"+strings.TrimPrefix(ts.URL, "https://"), h, opts)
@@ -174,19 +141,11 @@ func TestDialH2BadServerFrames(t *testing.T) {
 
 // echoAndClose runs c, sends a message through the echo server behind it and
 // closes it, failing if the connection ends before the echo comes back.
-func echoAndClose(t *testing.T, c *Conn, h *collector) {
+func echoAndClose(t *testing.T, c *Conn, h *recorder) {
 	t.Helper()
 	go c.ReadLoop()
 	require.NoError(t, c.WriteString("ping"))
-	select {
-	case m := <-h.msgs:
-		require.Equal(t, "ping", string(m.Data))
-		m.Close()
-	case err := <-h.closed:
-		t.Fatalf("the connection ended before the echo: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("no echo")
-	}
+	require.Equal(t, "ping", string(h.waitMessage(t).data), "the echo")
 	require.NoError(t, c.Close(StatusNormalClosure, ""))
 	require.Equal(t, StatusNormalClosure, CloseStatus(h.waitClose(t)))
 }
@@ -205,6 +164,7 @@ func countDials(n *atomic.Int32) func(ctx context.Context, network, addr string)
 // net/http's HTTP/2 transport enforces it instead, so Dial has to redo the
 // handshake over HTTP/1.1.
 func TestDialH2ContentLengthOnConnect(t *testing.T) {
+	t.Parallel()
 	u := newUpgrader(newEcho(), nil)
 	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", "0")
@@ -231,7 +191,7 @@ func TestDialH2ContentLengthOnConnect(t *testing.T) {
 	require.ErrorContains(t, err, "more than declared Content-Length")
 
 	var dials atomic.Int32
-	h := newCollector()
+	h := newRecorder()
 	opts := &DialOptions{TLSConfig: ts.Client().Transport.(*http.Transport).TLSClientConfig,
 		NetDialContext: countDials(&dials), HTTP2: true}
 	c, resp, err := Dial(testContext(t), "wss://"+strings.TrimPrefix(ts.URL, "https://"), h, opts)
@@ -242,7 +202,7 @@ func TestDialH2ContentLengthOnConnect(t *testing.T) {
 }
 
 // h2ChildEnv, set to a directory holding cert.pem and key.pem (from
-// selfSigned), makes the test binary run serveH2Child instead of the tests.
+// writeCert), makes the test binary run serveH2Child instead of the tests.
 const h2ChildEnv = "GUST_TEST_H2_SERVER"
 
 // serveH2Child is the child process of startH2Child: an HTTPS server with
@@ -288,7 +248,8 @@ func serveH2Child(dir string) int {
 func startH2Child(t *testing.T) (addr string, pool *x509.CertPool) {
 	t.Helper()
 	dir := t.TempDir()
-	_, _, _, pool = selfSigned(t, dir)
+	cert, pool := testCert(t, "127.0.0.1")
+	writeCert(t, dir, cert)
 	var godebug []string
 	for _, s := range strings.Split(os.Getenv("GODEBUG"), ",") {
 		if name, _, _ := strings.Cut(s, "="); s != "" && name != "http2xconnect" {
@@ -337,6 +298,7 @@ func startH2Child(t *testing.T) (addr string, pool *x509.CertPool) {
 // refusal by its message (net/http exports no error for it), so this test
 // is what notices when the message changes.
 func TestDialH2FallsBackWithoutExtendedConnect(t *testing.T) {
+	t.Parallel()
 	addr, pool := startH2Child(t)
 	var dials atomic.Int32
 	opts := &DialOptions{TLSConfig: &tls.Config{RootCAs: pool},
@@ -359,7 +321,7 @@ func TestDialH2FallsBackWithoutExtendedConnect(t *testing.T) {
 
 	// Dial: the same attempt, then HTTP/1.1 on a new connection.
 	dials.Store(0)
-	h := newCollector()
+	h := newRecorder()
 	c, resp, err := Dial(ctx, wsURL.String(), h, opts)
 	require.NoError(t, err)
 	echoAndClose(t, c, h)

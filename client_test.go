@@ -4,17 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
-	"encoding/binary"
 	"errors"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -26,57 +21,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/gustws/gust/internal/handshake"
+	"github.com/stretchr/testify/require"
 )
 
 // The client tests dial gust servers (both paths), raw servers written from
 // RFC 6455 for the answers a gust server never gives, and go through real
 // proxies started on loopback (proxy_test.go).
-
-// dialRecorder is a client Event handler that keeps copies of the messages
-// it receives and reports OnClose.
-type dialRecorder struct {
-	BuiltinEventHandler
-	msgs   chan dialMsg
-	closed chan error
-}
-
-type dialMsg struct {
-	op   Opcode
-	data []byte
-}
-
-func newDialRecorder() *dialRecorder {
-	return &dialRecorder{msgs: make(chan dialMsg, 64), closed: make(chan error, 1)}
-}
-
-func (h *dialRecorder) OnMessage(_ *Conn, m *Message) {
-	h.msgs <- dialMsg{m.Opcode, bytes.Clone(m.Data)}
-	m.Close()
-}
-
-func (h *dialRecorder) OnClose(_ *Conn, err error) { h.closed <- err }
-
-func (h *dialRecorder) expect(t *testing.T, op Opcode, want []byte) {
-	t.Helper()
-	select {
-	case m := <-h.msgs:
-		require.Equal(t, op, m.op)
-		require.Equal(t, len(want), len(m.data))
-		require.True(t, bytes.Equal(want, m.data), "message content differs")
-	case err := <-h.closed:
-		t.Fatalf("connection ended while waiting for a message: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("no message")
-	}
-}
-
-func (h *dialRecorder) waitClose(t *testing.T) error {
-	t.Helper()
-	return waitErr(t, h.closed)
-}
 
 // runClient runs c's ReadLoop until the test ends; then it closes c
 // cleanly and waits for the loop to return.
@@ -104,35 +55,14 @@ func testContext(t *testing.T) context.Context {
 }
 
 // dialTest dials url, requires success and runs the client.
-func dialTest(t *testing.T, url string, opts *DialOptions) (*Conn, *http.Response, *dialRecorder) {
+func dialTest(t *testing.T, url string, opts *DialOptions) (*Conn, *http.Response, *recorder) {
 	t.Helper()
-	h := newDialRecorder()
+	h := newRecorder()
 	c, resp, err := Dial(testContext(t), url, h, opts)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusSwitchingProtocols, resp.StatusCode)
 	runClient(t, c)
 	return c, resp, h
-}
-
-// serverSpy echoes like echoHandler and hands over each server-side Conn.
-type serverSpy struct {
-	*echoHandler
-	opened chan *Conn
-}
-
-func newServerSpy() serverSpy { return serverSpy{newEcho(), make(chan *Conn, 8)} }
-
-func (s serverSpy) OnOpen(c *Conn) { s.opened <- c }
-
-func (s serverSpy) conn(t *testing.T) *Conn {
-	t.Helper()
-	select {
-	case c := <-s.opened:
-		return c
-	case <-time.After(10 * time.Second):
-		t.Fatal("the server opened no connection")
-		return nil
-	}
 }
 
 func randomBytes(n int) []byte {
@@ -142,6 +72,7 @@ func randomBytes(n int) []byte {
 }
 
 func TestDialEcho(t *testing.T) {
+	t.Parallel()
 	forEachMode(t, func(t *testing.T, m serverMode) {
 		srv := newEcho()
 		addr := m.start(t, srv, nil)
@@ -168,7 +99,7 @@ func TestDialEcho(t *testing.T) {
 		}
 		for _, tc := range cases {
 			require.NoError(t, c.WriteMessage(tc.op, tc.data))
-			h.expect(t, tc.op, tc.data)
+			h.expectMessage(t, tc.op, tc.data)
 		}
 		require.NoError(t, c.Close(4000, "bye"))
 		var ce *CloseError
@@ -192,6 +123,7 @@ func (c *countingConn) Write(p []byte) (int, error) {
 }
 
 func TestDialCompression(t *testing.T) {
+	t.Parallel()
 	type side struct {
 		writeBits, readBits   int
 		writeNoCtx, readNoCtx bool
@@ -265,7 +197,7 @@ func TestDialCompression(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			forEachMode(t, func(t *testing.T, m serverMode) {
-				spy := newServerSpy()
+				spy := newEcho()
 				addr := m.start(t, spy, &Options{Compression: tc.server})
 				var cc *countingConn
 				opts := &DialOptions{Options: Options{Compression: tc.client}}
@@ -278,7 +210,7 @@ func TestDialCompression(t *testing.T) {
 					return cc, nil
 				}
 				c, resp, h := dialTest(t, "ws://"+addr, opts)
-				sc := spy.conn(t)
+				sc := spy.waitOpen(t)
 				require.Equal(t, tc.compressed, c.Compressed())
 				require.Equal(t, tc.compressed, sc.Compressed())
 				require.Equal(t, tc.extensions, resp.Header.Get("Sec-WebSocket-Extensions"))
@@ -295,15 +227,15 @@ func TestDialCompression(t *testing.T) {
 				for i := 0; i < 20; i++ {
 					msg := []byte(strings.Repeat(`{"user":"ada","seq":`+string(rune('0'+i%10))+`,"text":"the quick brown fox"}`, 40))
 					require.NoError(t, c.WriteMessage(OpText, msg))
-					h.expect(t, OpText, msg)
+					h.expectMessage(t, OpText, msg)
 					sent += len(msg)
 				}
 				small := []byte("tiny")
 				require.NoError(t, c.WriteMessage(OpText, small))
-				h.expect(t, OpText, small)
+				h.expectMessage(t, OpText, small)
 				noise := randomBytes(64 << 10)
 				require.NoError(t, c.WriteMessage(OpBinary, noise))
-				h.expect(t, OpBinary, noise)
+				h.expectMessage(t, OpBinary, noise)
 				compressedBytes := cc.written.Load() - start - int64(len(noise)) - int64(len(small))
 				if tc.compressed {
 					require.Less(t, compressedBytes, int64(sent/5), "client messages were not compressed")
@@ -316,6 +248,7 @@ func TestDialCompression(t *testing.T) {
 }
 
 func TestDialSubprotocol(t *testing.T) {
+	t.Parallel()
 	forEachMode(t, func(t *testing.T, m serverMode) {
 		addr := m.serve(t, newEcho(), nil, func(u *Upgrader) { u.Subprotocols = []string{"chat.v2", "chat.v1"} })
 		c, resp, _ := dialTest(t, "ws://"+addr, &DialOptions{Subprotocols: []string{"chat.v1", "chat.v2"}})
@@ -328,6 +261,7 @@ func TestDialSubprotocol(t *testing.T) {
 }
 
 func TestDialRefused(t *testing.T) {
+	t.Parallel()
 	forEachMode(t, func(t *testing.T, m serverMode) {
 		addr := m.serve(t, newEcho(), nil, func(u *Upgrader) { u.CheckOrigin = func(*http.Request) bool { return false } })
 		opts := &DialOptions{Header: http.Header{"Origin": {"https://elsewhere.example"}}}
@@ -364,6 +298,7 @@ func TestDialRefused(t *testing.T) {
 }
 
 func TestDialDoesNotFollowRedirects(t *testing.T) {
+	t.Parallel()
 	var hits atomic.Int32
 	mux := http.NewServeMux()
 	mux.HandleFunc("/old", func(w http.ResponseWriter, r *http.Request) {
@@ -449,6 +384,7 @@ func switching(key string, extra ...string) string {
 }
 
 func TestDialChecksTheResponse(t *testing.T) {
+	t.Parallel()
 	deflate := CompressionOptions{Enabled: true}
 	cases := []struct {
 		name     string
@@ -537,6 +473,7 @@ func TestDialChecksTheResponse(t *testing.T) {
 }
 
 func TestDialAcceptsWhatRFC7692Allows(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name     string
 		offer    CompressionOptions
@@ -578,6 +515,7 @@ func TestDialAcceptsWhatRFC7692Allows(t *testing.T) {
 }
 
 func TestDeflateOffer(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		o    CompressionOptions
 		want string
@@ -603,6 +541,7 @@ func TestDeflateOffer(t *testing.T) {
 // that bytes the server sends right after its 101 (in the same segment)
 // reach the client, and that the client masks what it writes.
 func TestDialRequestAndEarlyBytes(t *testing.T) {
+	t.Parallel()
 	reqs := make(chan *http.Request, 1)
 	frames := make(chan []byte, 1)
 	errs := make(chan error, 1)
@@ -623,37 +562,21 @@ func TestDialRequestAndEarlyBytes(t *testing.T) {
 		}
 		// The pong, then one message: both must be masked.
 		for i := 0; i < 2; i++ {
-			var h [2]byte
-			if _, err := io.ReadFull(br, h[:]); err != nil {
+			f, err := readWireFrame(br)
+			if err != nil {
 				errs <- err
 				return
 			}
-			if h[1]&0x80 == 0 {
+			if !f.masked {
 				errs <- errors.New("client frame not masked")
 				return
 			}
-			n := int(h[1] & 0x7f)
-			if n == 126 {
-				var e [2]byte
-				io.ReadFull(br, e[:])
-				n = int(binary.BigEndian.Uint16(e[:]))
-			}
-			var key [4]byte
-			io.ReadFull(br, key[:])
-			p := make([]byte, n)
-			if _, err := io.ReadFull(br, p); err != nil {
-				errs <- err
-				return
-			}
-			for i := range p {
-				p[i] ^= key[i&3]
-			}
-			frames <- append([]byte{h[0]}, p...)
+			frames <- append([]byte{f.b0}, f.payload...)
 		}
 		io.Copy(io.Discard, br)
 	})
 
-	h := newDialRecorder()
+	h := newRecorder()
 	opts := &DialOptions{
 		Options:      Options{Compression: CompressionOptions{Enabled: true}},
 		Subprotocols: []string{"v1", "v2"},
@@ -680,7 +603,7 @@ func TestDialRequestAndEarlyBytes(t *testing.T) {
 	require.Empty(t, req.Header.Get("User-Agent"))
 	require.Equal(t, req.Header.Get("Sec-WebSocket-Key"), resp.Request.Header.Get("Sec-WebSocket-Key"))
 
-	h.expect(t, OpText, []byte("early"))
+	h.expectMessage(t, OpText, []byte("early"))
 	var got [][]byte
 	for len(got) < 1 {
 		select {
@@ -706,6 +629,7 @@ func TestDialRequestAndEarlyBytes(t *testing.T) {
 }
 
 func TestDialRejectsBadInput(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	for _, tc := range []struct {
 		url  string
@@ -729,6 +653,7 @@ func TestDialRejectsBadInput(t *testing.T) {
 }
 
 func TestDialBoundedByContext(t *testing.T) {
+	t.Parallel()
 	accepted := make(chan net.Conn, 8)
 	addr := rawServer(t, func(nc net.Conn) {
 		accepted <- nc
@@ -772,18 +697,19 @@ func TestDialBoundedByContext(t *testing.T) {
 		srv := newEcho()
 		addr := startServer(t, srv, nil)
 		ctx, cancel := context.WithCancel(context.Background())
-		h := newDialRecorder()
+		h := newRecorder()
 		c, _, err := Dial(ctx, "ws://"+addr, h, nil)
 		require.NoError(t, err)
 		runClient(t, c)
 		cancel()
 		time.Sleep(50 * time.Millisecond)
 		require.NoError(t, c.WriteString("still here"))
-		h.expect(t, OpText, []byte("still here"))
+		h.expectMessage(t, OpText, []byte("still here"))
 	})
 }
 
 func TestDialConnectionRefused(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := ln.Addr().String()
@@ -792,38 +718,6 @@ func TestDialConnectionRefused(t *testing.T) {
 	require.Nil(t, resp)
 	require.ErrorContains(t, err, "connection refused")
 	require.ErrorContains(t, err, "gust: dial ws://"+addr)
-}
-
-// dialTestCert makes a self-signed certificate for names (host names or
-// IP addresses) and a pool that trusts it.
-func dialTestCert(t *testing.T, names ...string) (tls.Certificate, *x509.CertPool) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(time.Now().UnixNano()),
-		Subject:               pkix.Name{CommonName: names[0]},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	for _, n := range names {
-		if ip := net.ParseIP(n); ip != nil {
-			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
-		} else {
-			tmpl.DNSNames = append(tmpl.DNSNames, n)
-		}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	require.NoError(t, err)
-	leaf, err := x509.ParseCertificate(der)
-	require.NoError(t, err)
-	pool := x509.NewCertPool()
-	pool.AddCert(leaf)
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
 }
 
 // startTLSServer serves gust over TLS on loopback with cert, and reports
@@ -861,7 +755,8 @@ func redirectDial(addr string, asked chan<- string) func(ctx context.Context, ne
 }
 
 func TestDialTLS(t *testing.T) {
-	cert, pool := dialTestCert(t, "gust.test")
+	t.Parallel()
+	cert, pool := testCert(t, "gust.test")
 	addr, sni := startTLSServer(t, newEcho(), &Options{Compression: CompressionOptions{Enabled: true}}, cert)
 
 	t.Run("custom roots and SNI", func(t *testing.T) {
@@ -880,9 +775,9 @@ func TestDialTLS(t *testing.T) {
 		require.True(t, c.Compressed())
 		big := bytes.Repeat([]byte("secure "), 150000)
 		require.NoError(t, c.WriteMessage(OpText, big))
-		h.expect(t, OpText, big)
+		h.expectMessage(t, OpText, big)
 		require.NoError(t, c.WriteString("done"))
-		h.expect(t, OpText, []byte("done"))
+		h.expectMessage(t, OpText, []byte("done"))
 	})
 	t.Run("explicit ServerName wins", func(t *testing.T) {
 		asked := make(chan string, 1)
@@ -974,21 +869,22 @@ func dialOver(ctx context.Context, conn net.Conn, rawURL string, h Event, opts *
 }
 
 func TestDialOverAConnectionOfAnyKind(t *testing.T) {
+	t.Parallel()
 	opts := &Options{Compression: CompressionOptions{Enabled: true}}
 	dopts := &DialOptions{Options: *opts, Subprotocols: []string{"p"}}
-	exchange := func(t *testing.T, c *Conn, h *dialRecorder) {
+	exchange := func(t *testing.T, c *Conn, h *recorder) {
 		require.True(t, c.Compressed())
 		require.Equal(t, "p", c.Subprotocol())
 		for _, msg := range [][]byte{[]byte("over a pipe"), bytes.Repeat([]byte("abc"), 100000), randomBytes(1 << 20)} {
 			require.NoError(t, c.WriteMessage(OpBinary, msg))
-			h.expect(t, OpBinary, msg)
+			h.expectMessage(t, OpBinary, msg)
 		}
 	}
 
 	t.Run("net.Pipe", func(t *testing.T) {
 		ln := newPipeListener()
 		serveOn(t, ln, newEcho(), opts)
-		h := newDialRecorder()
+		h := newRecorder()
 		c, resp, err := dialOver(testContext(t), ln.dial(), "ws://in-memory/chat", h, dopts)
 		require.NoError(t, err)
 		require.Equal(t, "in-memory", resp.Request.Host)
@@ -1002,7 +898,7 @@ func TestDialOverAConnectionOfAnyKind(t *testing.T) {
 		serveOn(t, ln, newEcho(), opts)
 		nc, err := net.Dial("unix", path)
 		require.NoError(t, err)
-		h := newDialRecorder()
+		h := newRecorder()
 		c, _, err := dialOver(testContext(t), nc, "ws://localhost/", h, dopts)
 		require.NoError(t, err)
 		runClient(t, c)
@@ -1043,6 +939,7 @@ func TestDialOverAConnectionOfAnyKind(t *testing.T) {
 }
 
 func TestDialResponseHeadLimit(t *testing.T) {
+	t.Parallel()
 	addr := rawServer(t, answer(func(key string) string {
 		return switching(key, "X-Big: "+strings.Repeat("b", 8000))
 	}, nil))
@@ -1073,7 +970,7 @@ func TestClientWriteDoesNotAllocate(t *testing.T) {
 	if raceBuild() {
 		t.Skip("the race detector makes sync.Pool drop items at random; see BenchmarkDialWriteMessage1KiB")
 	}
-	addr := startServer(t, newFuncHandler(), nil)
+	addr := startServer(t, discardHandler{}, nil)
 	c, _, _ := dialTest(t, "ws://"+addr, nil)
 	p := randomBytes(1024)
 	allocs := testing.AllocsPerRun(1000, func() {

@@ -10,16 +10,16 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-
-	"github.com/stretchr/testify/require"
+	utf8std "unicode/utf8"
 
 	"github.com/gustws/gust/internal/bufpool"
 	"github.com/gustws/gust/internal/handshake"
 	"github.com/gustws/gust/internal/utf8"
-	utf8std "unicode/utf8"
+	"github.com/stretchr/testify/require"
 )
 
 func TestNegotiateDeflate(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		offer string
 		opts  CompressionOptions
@@ -77,6 +77,7 @@ func TestNegotiateDeflate(t *testing.T) {
 // must accept every answer, and both sides must agree on each direction's
 // window and context.
 func TestNegotiationAgrees(t *testing.T) {
+	t.Parallel()
 	var clients, servers []CompressionOptions
 	for _, noCtx := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
 		for sb := minWindowBits; sb <= maxWindowBits; sb++ {
@@ -155,16 +156,17 @@ func (d *deflateClient) decompress(t *testing.T, p []byte) []byte {
 }
 
 func TestCompressedEcho(t *testing.T) {
+	t.Parallel()
 	forEachFrameMode(t, func(t *testing.T, m serverMode) {
 		for _, offer := range []string{"permessage-deflate", "permessage-deflate; server_no_context_takeover; client_no_context_takeover",
 			"permessage-deflate; server_max_window_bits=9", "permessage-deflate; server_max_window_bits=15"} {
 			t.Run(offer, func(t *testing.T) {
 				h := newEcho()
 				addr := m.start(t, h, &Options{Compression: CompressionOptions{Enabled: true}})
-				nc := dialRawResp(t, addr, "Sec-WebSocket-Extensions: "+offer)
+				nc := dialRaw(t, addr, nil, "Sec-WebSocket-Extensions: "+offer)
 				// The server accepts each offer as it is: every parameter
 				// answered, server_max_window_bits=15 included.
-				require.Equal(t, offer, nc.resp.Header.Get("Sec-WebSocket-Extensions"))
+				require.Equal(t, offer, nc.lastResp.Header.Get("Sec-WebSocket-Extensions"))
 				dc := newDeflateClient()
 				sc := newDeflateClient()
 				msgs := []string{
@@ -201,6 +203,7 @@ func TestCompressedEcho(t *testing.T) {
 }
 
 func TestRSV1WithoutNegotiationIsAnError(t *testing.T) {
+	t.Parallel()
 	h := newEcho()
 	c := dialRaw(t, startServer(t, h, &Options{Compression: CompressionOptions{Enabled: true}}), nil)
 	c.send(frame(0xC1, []byte{0x01, 0x02}))
@@ -228,7 +231,7 @@ func TestInflateBombClosesWith1009(t *testing.T) {
 	forEachFrameMode(t, func(t *testing.T, m serverMode) {
 		h := newEcho()
 		addr := m.start(t, h, &Options{MaxMessageSize: 1 << 20, Compression: CompressionOptions{Enabled: true}})
-		nc := dialRawResp(t, addr, "Sec-WebSocket-Extensions: permessage-deflate")
+		nc := dialRaw(t, addr, nil, "Sec-WebSocket-Extensions: permessage-deflate")
 		runtime.GC()
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
@@ -304,6 +307,7 @@ func textOfSize(rng *rand.Rand, n int, repetitive bool) []byte {
 // boundaries and the limit, with context takeover, and checks the bytes,
 // the text check and the window.
 func TestInflateChunks(t *testing.T) {
+	t.Parallel()
 	const limit = 1 << 18
 	rng := rand.New(rand.NewPCG(3, 4))
 	opts := CompressionOptions{Enabled: true}.rfc(true)
@@ -373,16 +377,18 @@ func TestInflateDoesNotAllocate(t *testing.T) {
 }
 
 func TestInvalidDeflateDataCloses(t *testing.T) {
+	t.Parallel()
 	h := newEcho()
-	nc := dialRawResp(t, startServer(t, h, &Options{Compression: CompressionOptions{Enabled: true}}),
+	nc := dialRaw(t, startServer(t, h, &Options{Compression: CompressionOptions{Enabled: true}}), nil,
 		"Sec-WebSocket-Extensions: permessage-deflate")
 	nc.send(frame(0xC2, []byte{0xff, 0xff, 0xff, 0xff}))
 	nc.expectClose(StatusInvalidFramePayloadData)
 }
 
 func TestCompressedInvalidUTF8(t *testing.T) {
+	t.Parallel()
 	h := newEcho()
-	nc := dialRawResp(t, startServer(t, h, &Options{Compression: CompressionOptions{Enabled: true}}),
+	nc := dialRaw(t, startServer(t, h, &Options{Compression: CompressionOptions{Enabled: true}}), nil,
 		"Sec-WebSocket-Extensions: permessage-deflate")
 	dc := newDeflateClient()
 	nc.send(frame(0xC1, dc.compress([]byte("ok \xed\xa0\x80 no"))))
@@ -390,14 +396,15 @@ func TestCompressedInvalidUTF8(t *testing.T) {
 }
 
 func TestWriteUncompressed(t *testing.T) {
-	h := newFuncHandler()
+	t.Parallel()
+	h := newRecorder()
 	big := bytes.Repeat([]byte("z"), 4096)
 	h.open = func(c *Conn) {
 		require.True(t, c.Compressed())
 		c.WriteUncompressed(OpBinary, big)
 		c.WriteAsync(OpBinary, big, nil)
 	}
-	nc := dialRawResp(t, startServer(t, h, &Options{Compression: CompressionOptions{Enabled: true}}),
+	nc := dialRaw(t, startServer(t, h, &Options{Compression: CompressionOptions{Enabled: true}}), nil,
 		"Sec-WebSocket-Extensions: permessage-deflate")
 	nc.expectMessage(OpBinary, big)
 	b0, p, err := nc.readFrame()
@@ -406,29 +413,18 @@ func TestWriteUncompressed(t *testing.T) {
 	require.Equal(t, big, newDeflateClient().decompress(t, p))
 }
 
-type rawClientResp struct {
-	*rawClient
-	resp *http.Response
-}
-
-// dialRawResp is dialRaw that also returns the handshake response.
-func dialRawResp(t *testing.T, addr string, headers ...string) rawClientResp {
-	t.Helper()
-	c := dialRaw(t, addr, nil, headers...)
-	return rawClientResp{rawClient: c, resp: c.lastResp}
-}
-
 // TestIdleCompressorReleaseKeepsContext checks that a connection that gave
 // its compressor back goes on compressing from an empty window, which the
 // peer's inflater (which kept its window) decodes as well.
 func TestIdleCompressorReleaseKeepsContext(t *testing.T) {
+	t.Parallel()
 	var sb strings.Builder
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := 0; i < 1000; i++ {
 		sb.WriteByte(byte('a' + rng.IntN(26)))
 	}
 	msg := sb.String() // compresses poorly on its own, to nothing against itself
-	h := newFuncHandler()
+	h := newRecorder()
 	released := make(chan bool, 1)
 	h.open = func(c *Conn) {
 		require.NoError(t, c.WriteString(msg))
@@ -439,7 +435,7 @@ func TestIdleCompressorReleaseKeepsContext(t *testing.T) {
 		c.wr.mu.Unlock()
 		require.NoError(t, c.WriteString(msg))
 	}
-	nc := dialRawResp(t, startServer(t, h, &Options{Compression: CompressionOptions{Enabled: true}}),
+	nc := dialRaw(t, startServer(t, h, &Options{Compression: CompressionOptions{Enabled: true}}), nil,
 		"Sec-WebSocket-Extensions: permessage-deflate")
 	require.True(t, <-released)
 	sc := newDeflateClient()
@@ -455,6 +451,7 @@ func TestIdleCompressorReleaseKeepsContext(t *testing.T) {
 }
 
 func TestSlideWindow(t *testing.T) {
+	t.Parallel()
 	var w []byte
 	var all []byte
 	for i := 0; i < 200; i++ {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -94,52 +93,15 @@ func (h *fuzzRecorder) OnMessage(_ *Conn, m *Message) {
 
 const fuzzMaxMessage = 1 << 16
 
-// wireFrame is one frame the Conn wrote.
-type wireFrame struct {
-	b0      byte
-	masked  bool
-	payload []byte
-}
-
 // parseFrames splits b into frames, and fails on a truncated one.
 func parseFrames(b []byte) ([]wireFrame, error) {
 	var out []wireFrame
-	for len(b) > 0 {
-		if len(b) < 2 {
-			return out, errors.New("truncated frame header")
-		}
-		f := wireFrame{b0: b[0], masked: b[1]&0x80 != 0}
-		n := uint64(b[1] & 0x7f)
-		hn := 2
-		switch n {
-		case 126:
-			if len(b) < 4 {
-				return out, errors.New("truncated 16-bit length")
-			}
-			n, hn = uint64(binary.BigEndian.Uint16(b[2:])), 4
-		case 127:
-			if len(b) < 10 {
-				return out, errors.New("truncated 64-bit length")
-			}
-			n, hn = binary.BigEndian.Uint64(b[2:]), 10
-		}
-		var key [4]byte
-		if f.masked {
-			if len(b) < hn+4 {
-				return out, errors.New("truncated masking key")
-			}
-			copy(key[:], b[hn:])
-			hn += 4
-		}
-		if uint64(len(b)-hn) < n {
-			return out, fmt.Errorf("truncated payload: %d of %d bytes", len(b)-hn, n)
-		}
-		f.payload = bytes.Clone(b[hn : hn+int(n)])
-		for i := range f.payload {
-			f.payload[i] ^= key[i&3]
+	for r := bytes.NewReader(b); r.Len() > 0; {
+		f, err := readWireFrame(r)
+		if err != nil {
+			return out, err
 		}
 		out = append(out, f)
-		b = b[hn+int(n):]
 	}
 	return out, nil
 }
@@ -273,59 +235,4 @@ func FuzzCloseFrame(f *testing.F) {
 			require.Empty(t, frames[0].payload, "an empty close is echoed empty")
 		}
 	})
-}
-
-// TestLengthOverflowInContinuation: a continuation frame whose 64-bit
-// length, added to the bytes of the message so far, overflows int64 must be
-// refused with 1009 like any other message over the limit.
-func TestLengthOverflowInContinuation(t *testing.T) {
-	head := binary.BigEndian.AppendUint64([]byte{0x80, 0x80 | 127}, 1<<63-1)
-	in := append(frame(0x02, []byte("a")), append(head, 1, 2, 3, 4)...)
-
-	h, frames := runFuzzConn(t, in, 0, Options{}) // DisableRecovery: a panic fails the test
-	var pe *ProtocolError
-	require.ErrorAs(t, h.err, &pe)
-	require.Equal(t, StatusMessageTooBig, pe.Code)
-	require.Len(t, frames, 1)
-
-	forEachTCPMode(t, func(t *testing.T, m serverMode) {
-		var logged safeBuffer
-		h := newEcho()
-		c := dialRaw(t, m.start(t, h, &Options{ErrorLog: newLogger(&logged)}), nil)
-		c.send(in)
-		c.expectClose(StatusMessageTooBig)
-		require.ErrorAs(t, h.waitClose(t), &pe)
-		require.Equal(t, StatusMessageTooBig, pe.Code)
-		require.Empty(t, logged.String())
-	})
-}
-
-// TestTruncatedFrames: input that ends between frames is a plain io.EOF;
-// input that ends inside a frame, wherever in it, is io.ErrUnexpectedEOF,
-// as noEOF's comment in reader.go promises ("an EOF in the middle of a
-// frame").
-func TestTruncatedFrames(t *testing.T) {
-	ping := frame(0x89, []byte("hello"))
-	long := frame(0x82, make([]byte, 300))
-	for _, tt := range []struct {
-		name string
-		in   []byte
-		want error
-	}{
-		{"between frames", frame(0x82, []byte("x")), io.EOF},
-		{"no input", nil, io.EOF},
-		{"inside the data payload", long[:20], io.ErrUnexpectedEOF},
-		{"after one header byte", ping[:1], io.ErrUnexpectedEOF},
-		{"inside the 16-bit length", long[:3], io.ErrUnexpectedEOF},
-		{"inside the masking key", ping[:4], io.ErrUnexpectedEOF},
-		{"inside the ping payload", ping[:8], io.ErrUnexpectedEOF},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			for seed := uint64(0); seed < 5; seed++ { // several ways to cut the reads
-				h, frames := runFuzzConn(t, tt.in, seed, Options{})
-				require.Equal(t, tt.want, h.err)
-				require.Empty(t, frames)
-			}
-		})
-	}
 }

@@ -168,6 +168,7 @@ func forEachFrameMode(t *testing.T, f func(t *testing.T, m serverMode)) {
 }
 
 func TestH2ManyWebSocketsOnOneConnection(t *testing.T) {
+	t.Parallel()
 	h := newEcho()
 	addr := startH2(t, h, &Options{Compression: CompressionOptions{Enabled: true}})
 	var clients []*rawClient
@@ -199,6 +200,7 @@ func TestH2ManyWebSocketsOnOneConnection(t *testing.T) {
 }
 
 func TestH2StreamResetEndsConnOnce(t *testing.T) {
+	t.Parallel()
 	h := newEcho()
 	addr := startH2(t, h, nil)
 	c := dialH2(t, addr, nil)
@@ -215,6 +217,7 @@ func TestH2StreamResetEndsConnOnce(t *testing.T) {
 }
 
 func TestH2RefusesPlainRequests(t *testing.T) {
+	t.Parallel()
 	h := newEcho()
 	addr := startH2(t, h, nil)
 	v, _ := h2Servers.Load(addr)

@@ -20,30 +20,6 @@ import (
 // than it sends, one that sends bad frames and then stays. Each test bounds
 // what such a peer can hold.
 
-// openRecorder is a funcHandler that hands each connection to the test
-// when it opens.
-type openRecorder struct {
-	*funcHandler
-	opened chan *Conn
-}
-
-func newOpenHandler() *openRecorder {
-	h := &openRecorder{funcHandler: &funcHandler{closed: make(chan error, 100)}, opened: make(chan *Conn, 100)}
-	h.open = func(c *Conn) { h.opened <- c }
-	return h
-}
-
-func (h *openRecorder) waitOpen(t *testing.T) *Conn {
-	t.Helper()
-	select {
-	case c := <-h.opened:
-		return c
-	case <-time.After(10 * time.Second):
-		t.Fatal("OnOpen was not called")
-		return nil
-	}
-}
-
 // blockWrites writes 1 MiB messages to c from a goroutine until a write
 // fails, and returns once a write has made no progress for a while: the
 // peer's socket buffers are full and a write now holds c's write lock.
@@ -74,7 +50,7 @@ func blockWrites(t *testing.T, write func() error) <-chan error {
 }
 
 func TestShutdownReturnsByItsDeadlineWithAPeerThatNeverReads(t *testing.T) {
-	h := newOpenHandler()
+	h := newRecorder()
 	s := newServer(h, &Options{WriteTimeout: time.Hour}) // only ctx can end the stalled write
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -103,7 +79,7 @@ func TestShutdownReturnsByItsDeadlineWithAPeerThatNeverReads(t *testing.T) {
 	}
 	require.Error(t, <-failed)
 	require.ErrorIs(t, <-served, ErrServerClosed)
-	errs := []error{waitErr(t, h.closed), waitErr(t, h.closed)}
+	errs := []error{h.waitClose(t), h.waitClose(t)}
 	require.Contains(t, []StatusCode{CloseStatus(errs[0]), CloseStatus(errs[1])}, StatusGoingAway)
 }
 
@@ -156,12 +132,12 @@ func TestWriteTimeoutCutsAPeerThatNeverReads(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newOpenHandler()
+			h := newRecorder()
 			addr := startServer(t, h, &Options{WriteTimeout: 300 * time.Millisecond})
 			dialRaw(t, addr, nil) // never reads
 			c := h.waitOpen(t)
 			failed := tc.write(t, c)
-			err := waitErr(t, h.closed)
+			err := h.waitClose(t)
 			require.ErrorIs(t, err, os.ErrDeadlineExceeded, "OnClose: %v", err)
 			require.Contains(t, err.Error(), "write timeout")
 			if failed != nil {
@@ -190,7 +166,7 @@ func TestWriteTimeoutCutsAnEchoPeerThatNeverReads(t *testing.T) {
 }
 
 func TestSetWriteDeadlineStillAppliesUnderTheWriteTimeout(t *testing.T) {
-	h := newOpenHandler()
+	h := newRecorder()
 	addr := startServer(t, h, &Options{WriteTimeout: time.Hour})
 	dialRaw(t, addr, nil) // never reads
 	c := h.waitOpen(t)
@@ -198,7 +174,7 @@ func TestSetWriteDeadlineStillAppliesUnderTheWriteTimeout(t *testing.T) {
 	failed := blockWrites(t, func() error { return c.WriteMessage(OpBinary, big) })
 	require.NoError(t, c.SetWriteDeadline(time.Now()))
 	require.ErrorIs(t, <-failed, os.ErrDeadlineExceeded)
-	require.ErrorIs(t, waitErr(t, h.closed), os.ErrDeadlineExceeded)
+	require.ErrorIs(t, h.waitClose(t), os.ErrDeadlineExceeded)
 }
 
 // settledHeap is the heap in use once the pools are empty: two collections
@@ -226,7 +202,7 @@ func TestAnnouncedLengthCommitsNoMemory(t *testing.T) {
 		sent  = 128 << 10
 	)
 	forEachMode(t, func(t *testing.T, m serverMode) {
-		h := newOpenHandler()
+		h := newRecorder()
 		addr := m.start(t, h, nil)
 		before := settledHeap()
 		part := make([]byte, sent)
@@ -255,7 +231,7 @@ func TestFragmentedMessageGrowsLinearly(t *testing.T) {
 		t.Skip("sends 72 MiB")
 	}
 	got := make(chan int, 1)
-	h := newFuncHandler()
+	h := newRecorder()
 	h.message = func(_ *Conn, m *Message) {
 		got <- len(m.Data)
 		m.Close()
@@ -361,7 +337,7 @@ func (l plainListener) Accept() (net.Conn, error) {
 }
 
 func TestWriteTimeoutOnAConnWithoutSyscallConn(t *testing.T) {
-	h := newOpenHandler()
+	h := newRecorder()
 	s := newServer(h, &Options{WriteTimeout: 300 * time.Millisecond})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -377,6 +353,6 @@ func TestWriteTimeoutOnAConnWithoutSyscallConn(t *testing.T) {
 	big := make([]byte, 1<<20)
 	failed := blockWrites(t, func() error { return c.WriteMessage(OpBinary, big) })
 	require.ErrorIs(t, <-failed, os.ErrDeadlineExceeded)
-	err = waitErr(t, h.closed)
+	err = h.waitClose(t)
 	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "OnClose: %v", err)
 }

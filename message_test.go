@@ -5,9 +5,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/gustws/gust/internal/bufpool"
+	"github.com/stretchr/testify/require"
 )
 
 // TestMessageCloseTwice closes a message twice, then keeps the next two:
@@ -15,8 +14,9 @@ import (
 // into a pool, the second Close put it back twice, and the next two
 // messages came out as one.
 func TestMessageCloseTwice(t *testing.T) {
+	t.Parallel()
 	forEachFrameMode(t, func(t *testing.T, m serverMode) {
-		h := newFuncHandler()
+		h := newRecorder()
 		kept := make(chan *Message, 2)
 		h.message = func(_ *Conn, msg *Message) {
 			if string(msg.Data) == "closed twice" {
@@ -49,6 +49,7 @@ func TestMessageCloseTwice(t *testing.T) {
 // TestMessageLateClose closes a message again after later messages took
 // buffers from the pool: their bytes must not move.
 func TestMessageLateClose(t *testing.T) {
+	t.Parallel()
 	a := newMessage(OpText, bufpool.Get(5), 5)
 	copy(a.Data, "first")
 	a.Close()
@@ -66,6 +67,7 @@ func TestMessageLateClose(t *testing.T) {
 // TestMessageCloseConcurrently closes one message from several goroutines
 // at once: the buffer goes back once (the race detector watches).
 func TestMessageCloseConcurrently(t *testing.T) {
+	t.Parallel()
 	m := newMessage(OpBinary, bufpool.Get(64), 64)
 	var wg sync.WaitGroup
 	for range 4 {

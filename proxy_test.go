@@ -287,15 +287,16 @@ func echoOnce(t *testing.T, wsURL string, opts *DialOptions) {
 	require.True(t, c.Compressed())
 	msg := []byte("through the proxy")
 	require.NoError(t, c.WriteMessage(OpText, msg))
-	h.expect(t, OpText, msg)
+	h.expectMessage(t, OpText, msg)
 	big := randomBytes(256 << 10)
 	require.NoError(t, c.WriteMessage(OpBinary, big))
-	h.expect(t, OpBinary, big)
+	h.expectMessage(t, OpBinary, big)
 }
 
 func compressed() Options { return Options{Compression: CompressionOptions{Enabled: true}} }
 
 func TestDialThroughHTTPConnectProxy(t *testing.T) {
+	t.Parallel()
 	wsURL, hosts := proxiedEcho(t)
 	u, err := url.Parse(wsURL)
 	require.NoError(t, err)
@@ -342,7 +343,8 @@ func TestDialThroughHTTPConnectProxy(t *testing.T) {
 }
 
 func TestDialWSSThroughHTTPConnectProxy(t *testing.T) {
-	cert, pool := dialTestCert(t, "gust.test")
+	t.Parallel()
+	cert, pool := testCert(t, "gust.test")
 	addr, sni := startTLSServer(t, newEcho(), &Options{Compression: CompressionOptions{Enabled: true}}, cert)
 	_, port, _ := net.SplitHostPort(addr)
 	p := startTestProxy(t, map[string]string{"gust.test": "127.0.0.1"}, serveConnect)
@@ -363,6 +365,7 @@ func TestDialWSSThroughHTTPConnectProxy(t *testing.T) {
 }
 
 func TestDialThroughSOCKS5Proxy(t *testing.T) {
+	t.Parallel()
 	wsURL, hosts := proxiedEcho(t)
 	u, err := url.Parse(wsURL)
 	require.NoError(t, err)
@@ -413,6 +416,7 @@ func TestDialThroughSOCKS5Proxy(t *testing.T) {
 }
 
 func TestDialProxyURLs(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		proxy string
 		want  string
@@ -437,6 +441,7 @@ func TestDialProxyURLs(t *testing.T) {
 }
 
 func TestProxyFromEnvironmentNeverProxiesLoopback(t *testing.T) {
+	t.Parallel()
 	// http.ProxyFromEnvironment reads the environment once per process, so
 	// this only checks what holds whatever it read: loopback goes direct.
 	addr := startServer(t, newEcho(), nil)
@@ -446,6 +451,7 @@ func TestProxyFromEnvironmentNeverProxiesLoopback(t *testing.T) {
 // TestHTTPConnectKeepsEarlyBytes covers a proxy that sends bytes of the
 // tunnel in the same segment as its 200: they must not be lost.
 func TestHTTPConnectKeepsEarlyBytes(t *testing.T) {
+	t.Parallel()
 	client, server := net.Pipe()
 	defer client.Close()
 	go func() {

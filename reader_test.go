@@ -1,14 +1,20 @@
 package gust
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
+	"io"
+	"net"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
 
 func TestEchoSizes(t *testing.T) {
+	t.Parallel()
 	forEachFrameMode(t, func(t *testing.T, m serverMode) {
 		h := newEcho()
 		addr := m.start(t, h, nil)
@@ -30,6 +36,7 @@ func TestEchoSizes(t *testing.T) {
 }
 
 func TestFragmentsWithInterleavedControl(t *testing.T) {
+	t.Parallel()
 	forEachFrameMode(t, func(t *testing.T, m serverMode) {
 		h := newEcho()
 		c := dialRaw(t, m.start(t, h, nil), nil)
@@ -44,6 +51,7 @@ func TestFragmentsWithInterleavedControl(t *testing.T) {
 }
 
 func TestHandshakeBytesAfterRequestAreKept(t *testing.T) {
+	t.Parallel()
 	forEachMode(t, func(t *testing.T, m serverMode) {
 		h := newEcho()
 		first := append(frame(0x81, []byte("one")), frame(0x82, []byte("two"))...)
@@ -59,6 +67,7 @@ func closePayload(code StatusCode, reason string) []byte {
 }
 
 func TestBadFramesGetTheRFCsCloseCode(t *testing.T) {
+	t.Parallel()
 	big := make([]byte, 10)
 	big[0] = 0x82
 	big[1] = 0x80 | 127
@@ -118,6 +127,7 @@ func TestBadFramesGetTheRFCsCloseCode(t *testing.T) {
 // TestUTF8FailsFast checks that invalid text is refused as soon as the bad
 // byte arrives, before the rest of the frame.
 func TestUTF8FailsFast(t *testing.T) {
+	t.Parallel()
 	forEachFrameMode(t, func(t *testing.T, m serverMode) {
 		h := newEcho()
 		c := dialRaw(t, m.start(t, h, nil), nil)
@@ -126,4 +136,115 @@ func TestUTF8FailsFast(t *testing.T) {
 		c.expectClose(StatusInvalidFramePayloadData)
 		require.True(t, errors.As(h.waitClose(t), new(*ProtocolError)))
 	})
+}
+
+func TestLargeFragmentedMessagesReadStraightIntoTheMessage(t *testing.T) {
+	t.Parallel()
+	forEachTCPMode(t, func(t *testing.T, m serverMode) {
+		h := newEcho()
+		c := dialRaw(t, m.start(t, h, &Options{ReadBufferSize: 512}), nil)
+		var want []byte
+		for i := 0; i < 4; i++ {
+			p := bytes.Repeat([]byte{'a' + byte(i)}, 10<<10)
+			want = append(want, p...)
+			b0 := byte(0x00)
+			if i == 0 {
+				b0 = 0x01
+			}
+			if i == 3 {
+				b0 |= 0x80
+			}
+			f := frame(b0, p)
+			c.send(f[:20], f[20:]) // the header arrives before most of the payload
+			time.Sleep(2 * time.Millisecond)
+		}
+		c.expectMessage(OpText, want)
+	})
+}
+
+func TestPeerResetEndsTheConnection(t *testing.T) {
+	t.Parallel()
+	forEachTCPMode(t, func(t *testing.T, m serverMode) {
+		h := newRecorder()
+		c := dialRaw(t, m.start(t, h, nil), nil)
+		c.send(frame(0x82, []byte("one")))
+		require.Equal(t, []byte("one"), h.waitMessage(t).data)
+		require.NoError(t, c.nc.(*net.TCPConn).SetLinger(0))
+		c.nc.Close()
+		err := h.waitClose(t)
+		require.ErrorIs(t, err, syscall.ECONNRESET)
+		var oe *net.OpError
+		require.ErrorAs(t, err, &oe)
+		require.Equal(t, "read", oe.Op)
+	})
+}
+
+func TestEOFInsidePayloadIsUnexpected(t *testing.T) {
+	t.Parallel()
+	forEachTCPMode(t, func(t *testing.T, m serverMode) {
+		h := newRecorder()
+		c := dialRaw(t, m.start(t, h, nil), nil)
+		f := frame(0x82, []byte("0123456789"))
+		c.send(f[:len(f)-7])
+		time.Sleep(5 * time.Millisecond)
+		c.nc.(*net.TCPConn).CloseWrite()
+		require.ErrorIs(t, h.waitClose(t), io.ErrUnexpectedEOF)
+	})
+}
+
+// TestLengthOverflowInContinuation: a continuation frame whose 64-bit
+// length, added to the bytes of the message so far, overflows int64 must be
+// refused with 1009 like any other message over the limit.
+func TestLengthOverflowInContinuation(t *testing.T) {
+	t.Parallel()
+	head := binary.BigEndian.AppendUint64([]byte{0x80, 0x80 | 127}, 1<<63-1)
+	in := append(frame(0x02, []byte("a")), append(head, 1, 2, 3, 4)...)
+
+	h, frames := runFuzzConn(t, in, 0, Options{}) // DisableRecovery: a panic fails the test
+	var pe *ProtocolError
+	require.ErrorAs(t, h.err, &pe)
+	require.Equal(t, StatusMessageTooBig, pe.Code)
+	require.Len(t, frames, 1)
+
+	forEachTCPMode(t, func(t *testing.T, m serverMode) {
+		var logged safeBuffer
+		h := newEcho()
+		c := dialRaw(t, m.start(t, h, &Options{ErrorLog: newLogger(&logged)}), nil)
+		c.send(in)
+		c.expectClose(StatusMessageTooBig)
+		require.ErrorAs(t, h.waitClose(t), &pe)
+		require.Equal(t, StatusMessageTooBig, pe.Code)
+		require.Empty(t, logged.String())
+	})
+}
+
+// TestTruncatedFrames: input that ends between frames is a plain io.EOF;
+// input that ends inside a frame, wherever in it, is io.ErrUnexpectedEOF,
+// as noEOF's comment in reader.go promises ("an EOF in the middle of a
+// frame").
+func TestTruncatedFrames(t *testing.T) {
+	t.Parallel()
+	ping := frame(0x89, []byte("hello"))
+	long := frame(0x82, make([]byte, 300))
+	for _, tt := range []struct {
+		name string
+		in   []byte
+		want error
+	}{
+		{"between frames", frame(0x82, []byte("x")), io.EOF},
+		{"no input", nil, io.EOF},
+		{"inside the data payload", long[:20], io.ErrUnexpectedEOF},
+		{"after one header byte", ping[:1], io.ErrUnexpectedEOF},
+		{"inside the 16-bit length", long[:3], io.ErrUnexpectedEOF},
+		{"inside the masking key", ping[:4], io.ErrUnexpectedEOF},
+		{"inside the ping payload", ping[:8], io.ErrUnexpectedEOF},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			for seed := uint64(0); seed < 5; seed++ { // several ways to cut the reads
+				h, frames := runFuzzConn(t, tt.in, seed, Options{})
+				require.Equal(t, tt.want, h.err)
+				require.Empty(t, frames)
+			}
+		})
+	}
 }

@@ -103,6 +103,7 @@ func (c *firstReadConn) Read(b []byte) (int, error) {
 // write, or in pieces, by a frame: the head must be parsed whole, and the
 // frame must reach the connection.
 func TestServerHandshakeHeadSizes(t *testing.T) {
+	t.Parallel()
 	const maxHead = 3000 // not a power of two: the last growth stops short of a class size
 	addr := startServerMaxHead(t, newEcho(), maxHead)
 	base := len(handshakeRequest(addr, "X-Pad: "))
@@ -156,9 +157,48 @@ func TestServerHandshakeHeadSizes(t *testing.T) {
 // TestServerHandshakeAcceptsEmptyBody checks that a Content-Length of 0,
 // which announces no body, is not refused.
 func TestServerHandshakeAcceptsEmptyBody(t *testing.T) {
+	t.Parallel()
 	forEachMode(t, func(t *testing.T, m serverMode) {
 		addr := m.start(t, newEcho(), nil)
 		c := dialRaw(t, addr, frame(0x81, []byte("hi")), "Content-Length: 0")
 		c.expectMessage(OpText, []byte("hi"))
 	})
+}
+
+func TestServerRefusesMalformedAndHugeHeads(t *testing.T) {
+	t.Parallel()
+	h := newEcho()
+	addr := startServerMaxHead(t, h, 1024)
+	for _, tt := range []struct {
+		req    string
+		status int
+	}{
+		{"GARBAGE\r\n\r\n", 400},
+		{"GET / HTTP/2.0\r\nHost: x\r\n\r\n", 505},
+		{"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 2000) + "\r\n\r\n", 431},
+	} {
+		nc, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		nc.SetDeadline(time.Now().Add(5 * time.Second))
+		c := &rawClient{t: t, nc: nc, br: newBufReader(nc)}
+		resp := c.rawRequest(tt.req)
+		require.Equal(t, tt.status, resp.StatusCode, tt.req[:min(len(tt.req), 20)])
+		nc.Close()
+	}
+}
+
+// startServerMaxHead serves h on a Server whose MaxHeaderBytes is n.
+func startServerMaxHead(t *testing.T, h Event, n int) string {
+	t.Helper()
+	s := newServer(h, nil)
+	s.MaxHeaderBytes = n
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ln) }()
+	t.Cleanup(func() {
+		require.NoError(t, s.Close())
+		require.ErrorIs(t, <-done, ErrServerClosed)
+	})
+	return ln.Addr().String()
 }

@@ -1,9 +1,12 @@
 package gust
 
 import (
+	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +15,7 @@ import (
 )
 
 func TestHandshakeRefusals(t *testing.T) {
+	t.Parallel()
 	valid := func(addr string) string { return handshakeRequest(addr) }
 	tests := []struct {
 		name   string
@@ -49,6 +53,8 @@ func TestHandshakeRefusals(t *testing.T) {
 		{"bad Content-Length", func(a string) string {
 			return strings.Replace(valid(a), "\r\n\r\n", "\r\nContent-Length: +0\r\n\r\n", 1)
 		}, 400, [2]string{}},
+		{"HTTP/1.0", func(a string) string { return strings.Replace(valid(a), "HTTP/1.1", "HTTP/1.0", 1) }, 400, [2]string{}},
+		{"unparsable Origin", func(a string) string { return handshakeRequest(a, "Origin: http://[::1") }, 403, [2]string{}},
 	}
 	forEachMode(t, func(t *testing.T, m serverMode) {
 		h := newEcho()
@@ -70,10 +76,12 @@ func TestHandshakeRefusals(t *testing.T) {
 				require.NotEmpty(t, body)
 			})
 		}
+		require.Zero(t, h.opens.Load())
 	})
 }
 
 func TestSameOriginAndSubprotocol(t *testing.T) {
+	t.Parallel()
 	forEachMode(t, func(t *testing.T, m serverMode) {
 		h := newEcho()
 		addr := m.serve(t, h, nil, func(u *Upgrader) {
@@ -91,23 +99,93 @@ func TestSameOriginAndSubprotocol(t *testing.T) {
 	})
 }
 
-func TestServerRefusesMalformedAndHugeHeads(t *testing.T) {
-	h := newEcho()
-	addr := startServerMaxHead(t, h, 1024)
-	for _, tt := range []struct {
-		req    string
-		status int
-	}{
-		{"GARBAGE\r\n\r\n", 400},
-		{"GET / HTTP/2.0\r\nHost: x\r\n\r\n", 505},
-		{"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 2000) + "\r\n\r\n", 431},
-	} {
+func TestUpgradeWithoutHijacker(t *testing.T) {
+	t.Parallel()
+	u := newUpgrader(newRecorder(), nil)
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.Header = http.Header{
+		"Upgrade": {"websocket"}, "Connection": {"Upgrade"}, "Sec-Websocket-Version": {"13"},
+		"Sec-Websocket-Key": {"dGhlIHNhbXBsZSBub25jZQ=="},
+	}
+	w := httptest.NewRecorder()
+	c, err := u.Upgrade(w, r)
+	require.Nil(t, c)
+	require.ErrorIs(t, err, http.ErrNotSupported)
+	require.Equal(t, http.StatusInternalServerError, w.Code)
+
+	// A refused handshake is a *HandshakeError that says why.
+	r.Header.Set("Sec-Websocket-Version", "8")
+	w = httptest.NewRecorder()
+	_, err = u.Upgrade(w, r)
+	var he *HandshakeError
+	require.ErrorAs(t, err, &he)
+	require.Equal(t, http.StatusUpgradeRequired, he.Status)
+	require.Contains(t, he.Error(), "426")
+	require.Equal(t, "13", w.Header().Get("Sec-WebSocket-Version"))
+}
+
+// unwrapWriter is middleware's ResponseWriter: it hides Hijack, but has
+// Unwrap, as http.NewResponseController expects.
+type unwrapWriter struct {
+	http.ResponseWriter
+	unwrap bool
+}
+
+func (w *unwrapWriter) Unwrap() http.ResponseWriter {
+	if !w.unwrap {
+		return nil
+	}
+	return w.ResponseWriter
+}
+
+func TestUpgradeBehindMiddleware(t *testing.T) {
+	t.Parallel()
+	for _, unwrap := range []bool{true, false} {
+		t.Run(fmt.Sprintf("Unwrap=%v", unwrap), func(t *testing.T) {
+			h := newEcho()
+			u := newUpgrader(h, nil)
+			upgradeErr := make(chan error, 1)
+			ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				c, err := u.Upgrade(&unwrapWriter{ResponseWriter: w, unwrap: unwrap}, r)
+				upgradeErr <- err
+				if err == nil {
+					c.ReadLoop()
+				}
+			}))
+			t.Cleanup(ts.Close)
+			addr := ts.Listener.Addr().String()
+			if unwrap {
+				c := dialRaw(t, addr, nil)
+				require.NoError(t, <-upgradeErr)
+				c.send(frame(0x81, []byte("through middleware")))
+				c.expectMessage(OpText, []byte("through middleware"))
+				return
+			}
+			nc, err := net.Dial("tcp", addr)
+			require.NoError(t, err)
+			defer nc.Close()
+			c := &rawClient{t: t, nc: nc, br: bufio.NewReader(nc)}
+			resp := c.rawRequest(handshakeRequest(addr))
+			require.Equal(t, http.StatusInternalServerError, resp.StatusCode)
+			require.ErrorIs(t, <-upgradeErr, http.ErrNotSupported)
+		})
+	}
+}
+
+func TestNoCommonSubprotocol(t *testing.T) {
+	t.Parallel()
+	forEachTCPMode(t, func(t *testing.T, m serverMode) {
+		h := newRecorder()
+		proto := make(chan string, 1)
+		h.open = func(c *Conn) { proto <- c.Subprotocol() }
+		addr := m.serve(t, h, nil, func(u *Upgrader) { u.Subprotocols = []string{"v2"} })
 		nc, err := net.Dial("tcp", addr)
 		require.NoError(t, err)
-		nc.SetDeadline(time.Now().Add(5 * time.Second))
-		c := &rawClient{t: t, nc: nc, br: newBufReader(nc)}
-		resp := c.rawRequest(tt.req)
-		require.Equal(t, tt.status, resp.StatusCode, tt.req[:min(len(tt.req), 20)])
-		nc.Close()
-	}
+		defer nc.Close()
+		c := &rawClient{t: t, nc: nc, br: bufio.NewReader(nc)}
+		resp := c.rawRequest(handshakeRequest(addr, "Sec-WebSocket-Protocol: v1"))
+		require.Equal(t, http.StatusSwitchingProtocols, resp.StatusCode)
+		require.Empty(t, resp.Header.Values("Sec-WebSocket-Protocol"))
+		require.Equal(t, "", <-proto)
+	})
 }

@@ -6,9 +6,11 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"log"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -90,6 +92,18 @@ func forEachMode(t *testing.T, f func(t *testing.T, m serverMode)) {
 	for _, m := range serverModes {
 		t.Run(m.name, func(t *testing.T) { f(t, m) })
 	}
+}
+
+// forEachTCPMode runs f over the server modes whose clients speak
+// WebSocket straight over a TCP connection to the address: the tests that
+// use it dial, reset or half-close that connection themselves.
+func forEachTCPMode(t *testing.T, f func(t *testing.T, m serverMode)) {
+	forEachMode(t, func(t *testing.T, m serverMode) {
+		if m.name != "upgrader" && m.name != "server" {
+			t.Skipf("mode %s: the test needs a plain TCP connection", m.name)
+		}
+		f(t, m)
+	})
 }
 
 type rawClient struct {
@@ -180,31 +194,65 @@ func (c *rawClient) send(b ...[]byte) {
 
 // readFrame reads one server frame and checks it is not masked.
 func (c *rawClient) readFrame() (b0 byte, payload []byte, err error) {
-	var h [2]byte
-	if _, err = io.ReadFull(c.br, h[:]); err != nil {
-		return 0, nil, err
+	f, err := readWireFrame(c.br)
+	if err == nil && f.masked {
+		err = errors.New("server frame masked")
 	}
-	if h[1]&0x80 != 0 {
-		return 0, nil, fmt.Errorf("server frame masked")
+	return f.b0, f.payload, err
+}
+
+// wireFrame is one frame as it was on the wire, its payload unmasked.
+type wireFrame struct {
+	b0      byte
+	masked  bool
+	key     [4]byte // the masking key, when masked
+	payload []byte
+}
+
+// readWireFrame reads one frame, masked or not, from r. The end of r
+// inside a frame is io.ErrUnexpectedEOF; the payload is read as it
+// arrives, so that a length the bytes do not back allocates nothing.
+func readWireFrame(r io.Reader) (wireFrame, error) {
+	var f wireFrame
+	var h [10]byte
+	if _, err := io.ReadFull(r, h[:2]); err != nil {
+		return f, err
 	}
+	f.b0, f.masked = h[0], h[1]&0x80 != 0
 	n := uint64(h[1] & 0x7f)
+	var err error
 	switch n {
 	case 126:
-		var e [2]byte
-		if _, err = io.ReadFull(c.br, e[:]); err != nil {
-			return 0, nil, err
-		}
-		n = uint64(binary.BigEndian.Uint16(e[:]))
+		_, err = io.ReadFull(r, h[2:4])
+		n = uint64(binary.BigEndian.Uint16(h[2:]))
 	case 127:
-		var e [8]byte
-		if _, err = io.ReadFull(c.br, e[:]); err != nil {
-			return 0, nil, err
-		}
-		n = binary.BigEndian.Uint64(e[:])
+		_, err = io.ReadFull(r, h[2:10])
+		n = binary.BigEndian.Uint64(h[2:])
 	}
-	payload = make([]byte, n)
-	_, err = io.ReadFull(c.br, payload)
-	return h[0], payload, err
+	if err == nil && f.masked {
+		_, err = io.ReadFull(r, f.key[:])
+	}
+	if err == nil && n > math.MaxInt64 {
+		err = fmt.Errorf("frame length %d", n)
+	}
+	if err == nil {
+		var payload bytes.Buffer
+		_, err = io.CopyN(&payload, r, int64(n))
+		f.payload = payload.Bytes()
+	}
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	if err != nil {
+		return f, err
+	}
+	if f.payload == nil {
+		f.payload = []byte{}
+	}
+	for i := range f.payload {
+		f.payload[i] ^= f.key[i&3]
+	}
+	return f, nil
 }
 
 // expectMessage reads one final data frame and checks it.
@@ -257,41 +305,35 @@ func (c *rawClient) rawRequest(req string) *http.Response {
 	return resp
 }
 
-// echoHandler echoes messages and records the OnClose error.
-type echoHandler struct {
-	BuiltinEventHandler
-	closed chan error
-}
-
-func newEcho() *echoHandler { return &echoHandler{closed: make(chan error, 100)} }
-
-func (h *echoHandler) OnMessage(c *Conn, m *Message) {
-	c.WriteMessage(m.Opcode, m.Data)
-	m.Close()
-}
-
-func (h *echoHandler) OnClose(c *Conn, err error) { h.closed <- err }
-
-func (h *echoHandler) waitClose(t *testing.T) error {
-	t.Helper()
-	return waitErr(t, h.closed)
-}
-
-// waitErr waits for the error OnClose passed on, or fails the test.
-func waitErr(t *testing.T, closed <-chan error) error {
-	t.Helper()
-	select {
-	case err := <-closed:
-		return err
-	case <-time.After(10 * time.Second):
-		t.Fatal("OnClose was not called")
-		return nil
-	}
-}
-
 func repeat(s string, n int) []byte { return []byte(strings.Repeat(s, n)) }
 
 func newBufReader(nc net.Conn) *bufio.Reader { return bufio.NewReader(nc) }
+
+// tcpPair returns the two ends of a loopback TCP connection.
+func tcpPair(t *testing.T) (a, b *net.TCPConn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		nc, _ := ln.Accept()
+		accepted <- nc
+	}()
+	nb, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	na := <-accepted
+	require.NotNil(t, na)
+	t.Cleanup(func() { na.Close(); nb.Close() })
+	for _, nc := range []net.Conn{na, nb} {
+		nc.SetDeadline(time.Now().Add(20 * time.Second))
+	}
+	return na.(*net.TCPConn), nb.(*net.TCPConn)
+}
+
+// plainConn hides the net.Conn's other methods (SyscallConn, CloseWrite),
+// as a wrapped or non-TCP connection does.
+type plainConn struct{ net.Conn }
 
 // safeBuffer is a bytes.Buffer for a logger written from several goroutines.
 type safeBuffer struct {
@@ -330,20 +372,4 @@ func newServer(h Event, opts *Options) *Server {
 		s.Options = *opts
 	}
 	return s
-}
-
-// startServerMaxHead serves h on a Server whose MaxHeaderBytes is n.
-func startServerMaxHead(t *testing.T, h Event, n int) string {
-	t.Helper()
-	s := newServer(h, nil)
-	s.MaxHeaderBytes = n
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ln) }()
-	t.Cleanup(func() {
-		require.NoError(t, s.Close())
-		require.ErrorIs(t, <-done, ErrServerClosed)
-	})
-	return ln.Addr().String()
 }
