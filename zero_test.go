@@ -97,7 +97,7 @@ func TestZeroValues(t *testing.T) {
 		var pm PreparedMessage
 		require.Zero(t, pm.Opcode())
 		require.Empty(t, pm.Payload())
-		h := newOpenHandler()
+		h := newRecorder()
 		addr := startServer(t, h, nil)
 		dialRaw(t, addr, nil)
 		require.ErrorIs(t, h.waitOpen(t).WritePrepared(&pm), errBadOpcode)
