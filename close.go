@@ -113,9 +113,13 @@ var (
 	// and passed to OnClose for connections Shutdown had to cut.
 	ErrServerClosed = errors.New("gust: server closed")
 
-	// ErrQueueFull is returned by WriteAsync when the connection's write
-	// queue holds Options.WriteQueueSize messages already.
+	// ErrQueueFull is returned by WriteAsync and WritePreparedAsync when the
+	// connection's outbox is full (see Options.OutboxPolicy).
 	ErrQueueFull = errors.New("gust: write queue full")
+
+	// ErrSlowConsumer is returned by the write that overflowed an outbox
+	// under OutboxCloseSlow, and OnClose receives it for that connection.
+	ErrSlowConsumer = errors.New("gust: slow consumer: outbox full, closed with 1008")
 
 	// ErrInvalidCloseCode is returned by WriteClose for a code user code may
 	// not send: only 1000 and 3000–4999 are allowed, as in the browser API.

@@ -124,7 +124,7 @@ func (g greeter) OnOpen(c *gust.Conn) {
 
 func ExampleConn_WriteAsync() {
 	g := greeter{written: make(chan error, 1)}
-	srv := gust.NewServer(g, &gust.Options{WriteQueueSize: 64})
+	srv := gust.NewServer(g, &gust.Options{OutboxSize: 64})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		log.Fatal(err)

@@ -46,9 +46,21 @@ type Options struct {
 	// Default 8.
 	ParallelLimit int
 
-	// WriteQueueSize bounds the messages WriteAsync may hold per connection;
-	// past it WriteAsync returns ErrQueueFull. Default 256.
-	WriteQueueSize int
+	// OutboxSize bounds the messages WriteAsync and WritePreparedAsync may
+	// hold per connection besides the batch being written (at most as many
+	// again). Default 256. Memory: the outbox holds references, not
+	// payloads (those stay the caller's, or the PreparedMessage's that every
+	// receiver shares): 48 bytes a queued message, 64 while it is being
+	// written; an emptied outbox keeps room for 16 at most, and a connection
+	// that never writes asynchronously has none.
+	OutboxSize int
+
+	// OutboxPolicy is what happens to a message queued while the outbox
+	// holds OutboxSize: refused with ErrQueueFull (OutboxReject, the
+	// default), the oldest or the new one dropped, or the connection closed
+	// with 1008 as a slow consumer (OutboxCloseSlow). Values other than the
+	// four constants mean OutboxReject.
+	OutboxPolicy OutboxPolicy
 
 	// CloseTimeout bounds the wait for the peer's answer to a close frame
 	// gust sent, before the TCP connection is closed anyway. Default 5s.
@@ -57,8 +69,8 @@ type Options struct {
 	CloseTimeout time.Duration
 
 	// WriteTimeout bounds how long a write may make no progress: every
-	// write gust makes to the socket (messages, corked batches, WriteAsync,
-	// a Hub's writer, pings, close frames) fails once the peer has taken no
+	// write gust makes to the socket (messages, corked batches, the outbox's
+	// writer, pings, close frames) fails once the peer has taken no
 	// bytes for that long, and the connection ends; OnClose then receives
 	// an error for which errors.Is(err, os.ErrDeadlineExceeded) holds. A
 	// large message written in pieces gets the full timeout for each piece.
@@ -123,7 +135,7 @@ const (
 	defaultWriteBufferSize  = 64 << 10
 	defaultMaxMessageSize   = 16 << 20
 	defaultParallelLimit    = 8
-	defaultWriteQueueSize   = 256
+	defaultOutboxSize       = 256
 	defaultCloseTimeout     = 5 * time.Second
 	defaultWriteTimeout     = 10 * time.Second
 	defaultHandshakeTimeout = 10 * time.Second
@@ -153,8 +165,8 @@ func newConfig(o *Options) *config {
 	if c.ParallelLimit <= 0 {
 		c.ParallelLimit = defaultParallelLimit
 	}
-	if c.WriteQueueSize <= 0 {
-		c.WriteQueueSize = defaultWriteQueueSize
+	if c.OutboxSize <= 0 {
+		c.OutboxSize = defaultOutboxSize
 	}
 	if c.CloseTimeout <= 0 {
 		c.CloseTimeout = defaultCloseTimeout
