@@ -251,8 +251,10 @@ type outboxItem struct {
 // default OutboxReject: WriteAsync returns ErrQueueFull and queues nothing.
 // done is called exactly once if WriteAsync returns nil, and never
 // otherwise: from the writer goroutine, or for a message a policy discards
-// later, from the goroutine whose call discarded it. Once a close frame has
-// been sent or the connection has ended, WriteAsync returns net.ErrClosed.
+// later, from the goroutine whose call discarded it. So done should return
+// quickly, and must not wait for a lock that a goroutine queueing on this
+// connection may hold while it does. Once a close frame has been sent or
+// the connection has ended, WriteAsync returns net.ErrClosed.
 func (c *Conn) WriteAsync(op Opcode, p []byte, done func(error)) error {
 	if op != OpText && op != OpBinary {
 		return errBadOpcode

@@ -79,6 +79,7 @@ type Hub struct {
 	topics map[string]map[*gust.Conn]struct{}
 	conns  map[*gust.Conn]*receiver
 	done   func(error) // h.written, bound once: every queued message carries it
+	lists  sync.Pool   // *[]*gust.Conn: deliver's copies of the receivers
 
 	delivered  atomic.Uint64
 	dropped    atomic.Uint64
@@ -298,24 +299,39 @@ func (h *Hub) publish(topic string, all bool, op gust.Opcode, p []byte) error {
 // deliver queues pm in the outbox of each local receiver, and counts what
 // the outboxes refused. A connection that has closed, or that its outbox
 // closed as slow, leaves the Hub.
+//
+// The receivers are copied out first, and queued to without h.mu held: a
+// full outbox may call the done function of a message it discards on this
+// goroutine, and that function may well call the Hub.
 func (h *Hub) deliver(topic string, all bool, pm *gust.PreparedMessage) {
-	var t tally
+	lp, _ := h.lists.Get().(*[]*gust.Conn)
+	if lp == nil {
+		lp = new([]*gust.Conn)
+	}
+	to := (*lp)[:0]
 	h.mu.RLock()
 	if all {
-		// Counted before queueing: a writer may be done with a message
-		// before the loop is.
-		h.pending.Add(int64(len(h.conns)))
 		for c := range h.conns {
-			t.add(c, c.WritePreparedAsync(pm, h.done))
+			to = append(to, c)
 		}
 	} else {
-		set := h.topics[topic]
-		h.pending.Add(int64(len(set)))
-		for c := range set {
-			t.add(c, c.WritePreparedAsync(pm, h.done))
+		for c := range h.topics[topic] {
+			to = append(to, c)
 		}
 	}
+	done := h.done
 	h.mu.RUnlock()
+
+	// Counted before queueing: a writer may be done with a message before
+	// the loop is.
+	h.pending.Add(int64(len(to)))
+	var t tally
+	for _, c := range to {
+		t.add(c, c.WritePreparedAsync(pm, done))
+	}
+	clear(to)
+	*lp = to[:0]
+	h.lists.Put(lp)
 	if t.refused > 0 {
 		h.pending.Add(-t.refused)
 		h.dropped.Add(t.dropped)

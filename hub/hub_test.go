@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"runtime"
 	"strings"
@@ -429,6 +430,60 @@ func TestHubSlowConsumer(t *testing.T) {
 		})
 	}
 }
+
+// A full outbox calls the done function of a message it discards on the
+// publisher's goroutine: the Hub holds no lock then, so that done function
+// may call the Hub.
+func TestHubDoneMayCallTheHub(t *testing.T) {
+	hb := new(hub.Hub) // no Close: on a deadlock it would hang, not fail
+	opened := make(chan *gust.Conn, 1)
+	h := &openHandler{opened: opened}
+	opts := &gust.Options{OutboxSize: 1, OutboxPolicy: gust.OutboxDropOldest, WriteTimeout: time.Minute}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := gust.NewServer(hb.Wrap(h), opts)
+	go srv.Serve(sndbufListener{ln, 16 << 10})
+	defer srv.Close()
+	peer := dialHub(t, "ws://"+ln.Addr().String()+"/", 32<<10, false, false) // its read loop never runs
+	c := <-opened
+
+	// The writer blocks on a message the peer does not read (its first
+	// byte arriving shows that the writer has taken it); the next one
+	// waits in the outbox, and a publish discards it.
+	require.NoError(t, c.WriteAsync(gust.OpBinary, make([]byte, 4<<20), nil))
+	var first [1]byte
+	peer.conn.NetConn().SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err = io.ReadFull(peer.conn.NetConn(), first[:])
+	require.NoError(t, err)
+	require.Equal(t, byte(0x82), first[0])
+	discarded, subscribed := make(chan error, 1), make(chan error, 1)
+	require.NoError(t, c.WriteAsync(gust.OpText, []byte("mine"), func(err error) {
+		discarded <- err
+		subscribed <- hb.Subscribe(c, "later")
+	}))
+	published := make(chan error, 1)
+	go func() { published <- hb.PublishAll(gust.OpText, []byte("news")) }()
+	for _, ch := range []chan error{discarded, subscribed, published} {
+		select {
+		case err := <-ch:
+			if ch == discarded {
+				require.ErrorIs(t, err, gust.ErrQueueFull)
+			} else {
+				require.NoError(t, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the publisher and the done function wait for each other")
+		}
+	}
+	require.Equal(t, 1, hb.Stats().Topics)
+}
+
+type openHandler struct {
+	gust.BuiltinEventHandler
+	opened chan *gust.Conn
+}
+
+func (h *openHandler) OnOpen(c *gust.Conn) { h.opened <- c }
 
 // Two Hubs on two servers share a LocalBroker: what is published on either
 // reaches the clients of both, once each.
