@@ -50,9 +50,10 @@ type Options struct {
 	// hold per connection besides the batch being written (at most as many
 	// again). Default 256. Memory: the outbox holds references, not
 	// payloads (those stay the caller's, or the PreparedMessage's that every
-	// receiver shares): 48 bytes a queued message, 64 while it is being
-	// written; an emptied outbox keeps room for 16 at most, and a connection
-	// that never writes asynchronously has none.
+	// receiver shares), 48 bytes a message, in arrays of 16 or 64 entries
+	// that a connection borrows from pools shared by all while it has
+	// messages queued (a longer burst grows its own); an idle connection
+	// holds none.
 	OutboxSize int
 
 	// OutboxPolicy is what happens to a message queued while the outbox

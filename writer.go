@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -215,8 +214,6 @@ type outbox struct {
 	head  int          // the slots before it were emptied by OutboxDropOldest
 	busy  bool         // a writer goroutine runs
 	state uint8
-	spare []outboxItem // the writer's batch slice, kept for the next writer
-	errs  []error      // the writer's results slice, kept likewise
 }
 
 const (
@@ -225,9 +222,55 @@ const (
 	outboxClosed  // the connection has ended
 )
 
-// keptOutboxCap is the capacity past which an emptied outbox gives its
-// slices back rather than keep them for the next burst.
-const keptOutboxCap = 16
+// The outbox's slices come from two pools that every connection shares,
+// of arrays of smallOutboxCap and largeOutboxCap items, and go back when
+// the writer exits: an idle connection holds none, and a broadcast does
+// not allocate in steady state. A burst past largeOutboxCap grows a slice
+// of its own, left to the garbage collector when the writer exits.
+const (
+	smallOutboxCap = 16
+	largeOutboxCap = 64
+)
+
+var (
+	smallOutboxes = sync.Pool{New: func() any { return new([smallOutboxCap]outboxItem) }}
+	largeOutboxes = sync.Pool{New: func() any { return new([largeOutboxCap]outboxItem) }}
+)
+
+// roomFor returns q, or a copy of it in a larger slice, with room for one
+// more item.
+func roomFor(q []outboxItem) []outboxItem {
+	if len(q) < cap(q) {
+		return q
+	}
+	var r []outboxItem
+	switch cap(q) {
+	case 0:
+		return smallOutboxes.Get().(*[smallOutboxCap]outboxItem)[:0]
+	case smallOutboxCap:
+		r = largeOutboxes.Get().(*[largeOutboxCap]outboxItem)[:0]
+	default:
+		r = make([]outboxItem, 0, 2*cap(q))
+	}
+	r = append(r, q...)
+	releaseOutbox(q)
+	return r
+}
+
+// releaseOutbox gives q's array back to its pool, if it has one; q must
+// not be used after.
+func releaseOutbox(q []outboxItem) {
+	switch cap(q) {
+	case smallOutboxCap:
+		a := (*[smallOutboxCap]outboxItem)(q[:smallOutboxCap])
+		clear(a[:])
+		smallOutboxes.Put(a)
+	case largeOutboxCap:
+		a := (*[largeOutboxCap]outboxItem)(q[:largeOutboxCap])
+		clear(a[:])
+		largeOutboxes.Put(a)
+	}
+}
 
 // outboxItem is a queued message: a prepared one, or op and p.
 type outboxItem struct {
@@ -303,7 +346,7 @@ func (c *Conn) enqueue(it outboxItem) error {
 			return ErrQueueFull
 		}
 	}
-	o.queue = append(o.queue, it)
+	o.queue = append(roomFor(o.queue), it)
 	start := c.startWriterLocked()
 	o.mu.Unlock()
 	if start {
@@ -349,7 +392,8 @@ func (o *outbox) dropOldestLocked() outboxItem {
 // once the batch it may be writing is out.
 func (c *Conn) closeSlowLocked() error {
 	o := &c.wr.out
-	discarded := o.queue[o.head:]
+	all := o.queue
+	discarded := all[o.head:]
 	o.queue, o.head = nil, 0
 	o.state = outboxClosing
 	c.errMu.Lock()
@@ -367,6 +411,7 @@ func (c *Conn) closeSlowLocked() error {
 			it.done(ErrSlowConsumer)
 		}
 	}
+	releaseOutbox(all)
 	return ErrSlowConsumer
 }
 
@@ -385,26 +430,22 @@ func (c *Conn) closeOutbox() {
 func (c *Conn) drainOutbox() {
 	defer c.inflight.Done()
 	o := &c.wr.out
+	var spare []outboxItem // the last batch's slice, for the queue to reuse
 	o.mu.Lock()
-	spare, errs := o.spare, o.errs
-	o.spare, o.errs = nil, nil
 	for {
 		if o.state == outboxClosing {
 			o.busy = false
 			o.mu.Unlock()
+			releaseOutbox(spare)
 			c.startClose(StatusPolicyViolation, "slow consumer")
 			return
 		}
 		if len(o.queue) == o.head {
 			o.busy = false
-			o.queue, o.head = o.queue[:0], 0
-			if cap(o.queue) > keptOutboxCap {
-				o.queue = nil
-			}
-			if cap(spare) <= keptOutboxCap {
-				o.spare, o.errs = spare[:0], errs[:0]
-			}
+			releaseOutbox(o.queue)
+			o.queue, o.head = nil, 0
 			o.mu.Unlock()
+			releaseOutbox(spare)
 			return
 		}
 		all := o.queue
@@ -412,49 +453,47 @@ func (c *Conn) drainOutbox() {
 		o.queue, o.head = spare[:0], 0
 		o.mu.Unlock()
 
-		errs = slices.Grow(errs[:0], len(batch))[:len(batch)]
-		c.writeBatch(batch, errs)
+		err := c.writeBatch(batch)
 		for i := range batch {
 			if done := batch[i].done; done != nil {
-				done(errs[i])
+				done(err)
 			}
 		}
 		clear(all)
-		clear(errs)
 		spare = all
 		o.mu.Lock()
 	}
 }
 
-// writeBatch writes a batch from the outbox under one write lock and puts
-// each message's result in errs. A batch of one is written as a direct
-// write would be (a prepared frame goes out as it is, without a copy); a
-// larger one is corked and flushed in one system call. When a write breaks
-// the connection partway, every message of the batch gets the error: how
-// much of the corked bytes went out is unknown.
-func (c *Conn) writeBatch(batch []outboxItem, errs []error) {
+// writeBatch writes a batch from the outbox under one write lock and
+// returns the result of every message in it. A batch of one is written as
+// a direct write would be (a prepared frame goes out as it is, without a
+// copy); a larger one is corked and flushed in one system call. When a
+// write fails, every message of the batch gets the first error: the
+// connection is broken then, and how much of the corked bytes went out is
+// unknown.
+func (c *Conn) writeBatch(batch []outboxItem) error {
 	w := &c.wr
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if len(batch) == 1 {
-		errs[0] = c.writeItemLocked(&batch[0])
-		return
+		return c.writeItemLocked(&batch[0])
 	}
+	var err error
 	ferr := c.batchLocked(func() {
 		for i := range batch {
-			errs[i] = c.writeItemLocked(&batch[i])
-		}
-	})
-	if ferr == nil {
-		ferr = w.err
-	}
-	if ferr != nil {
-		for i := range errs {
-			if errs[i] == nil {
-				errs[i] = ferr
+			if e := c.writeItemLocked(&batch[i]); e != nil && err == nil {
+				err = e
 			}
 		}
+	})
+	if err == nil {
+		err = ferr
 	}
+	if err == nil {
+		err = w.err // corked messages that a later write's failure kept from going out
+	}
+	return err
 }
 
 func (c *Conn) writeItemLocked(it *outboxItem) error {
