@@ -15,5 +15,12 @@
 // dispatching the bytes of one read are corked: they are written together, in
 // one system call, before the next blocking read.
 //
+// For fan-out, a [PreparedMessage] is framed once for any number of
+// connections, and [Conn.WriteAsync] and [Conn.WritePreparedAsync] queue in
+// the connection's bounded outbox (Options.OutboxSize, Options.OutboxPolicy)
+// without waiting for the socket. The package github.com/gustws/gust/hub
+// publishes to topics of connections on that outbox, within a process or,
+// with a Broker, across several.
+//
 // See ExampleUpgrader, ExampleServer and ExampleDial to start.
 package gust
