@@ -124,3 +124,29 @@ func (c *Conn) writeRawLocked(frame []byte) error {
 	*w.buf = append(*w.buf, frame...)
 	return nil
 }
+
+// writePreparedLocked is WritePrepared with c.wr.mu held.
+func (c *Conn) writePreparedLocked(pm *PreparedMessage) error {
+	if !c.server {
+		return c.writeDataLocked(pm.op, pm.payload, true)
+	}
+	if err := c.writableLocked(); err != nil {
+		return err
+	}
+	d := c.deflate
+	if d == nil || len(pm.payload) < d.threshold {
+		return c.writeRawLocked(pm.plain)
+	}
+	f, err := pm.frameFor(d)
+	if err != nil {
+		return err
+	}
+	if d.fw != nil {
+		// The peer's window now holds this message, which the connection's
+		// own compressor has not seen: its back-references would be off.
+		// The next message starts from an empty window instead.
+		d.putWriter(d.fw)
+		d.fw = nil
+	}
+	return c.writeRawLocked(f)
+}

@@ -213,9 +213,13 @@ var (
 	// and passed to OnClose for connections Shutdown had to cut.
 	ErrServerClosed = errors.New("gust: server closed")
 
-	// ErrQueueFull is returned by WriteAsync when the connection's write
-	// queue holds Options.WriteQueueSize messages already.
+	// ErrQueueFull is returned by WriteAsync and WritePreparedAsync when the
+	// connection's outbox is full (see Options.OutboxPolicy).
 	ErrQueueFull = errors.New("gust: write queue full")
+
+	// ErrSlowConsumer is returned by the write that overflowed an outbox
+	// under OutboxCloseSlow, and OnClose receives it for that connection.
+	ErrSlowConsumer = errors.New("gust: slow consumer: outbox full, closed with 1008")
 
 	// ErrInvalidCloseCode is returned by Close for a code that may not be
 	// sent on the wire (RFC 6455 §7.4): 1004–1006, 1015, 1016–2999, and

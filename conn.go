@@ -44,7 +44,7 @@ type Conn struct {
 	err     error // the first error that ended the connection outside the read loop
 
 	parallel chan struct{}  // semaphore for parallel OnMessage calls
-	inflight sync.WaitGroup // parallel OnMessage calls and the write queue worker
+	inflight sync.WaitGroup // parallel OnMessage calls and the outbox writer
 
 	onClose func(*Conn) // lets a Server forget the connection
 }
@@ -146,7 +146,7 @@ func (c *Conn) failAndLinger(code StatusCode, reason string) {
 }
 
 // finish ends the connection: it closes the net.Conn, gives every buffer
-// back, waits for parallel handlers and the write queue, and calls OnClose.
+// back, waits for parallel handlers and the outbox writer, and calls OnClose.
 func (c *Conn) finish(err error) {
 	c.closeNet()
 	c.wr.mu.Lock()
@@ -157,11 +157,15 @@ func (c *Conn) finish(err error) {
 	}
 	c.wr.mu.Unlock()
 	c.rd.releaseAll()
+	c.closeOutbox()
 	c.inflight.Wait()
 	c.errMu.Lock()
 	if c.err != nil {
+		// The recorded reason wins over an I/O error, and the peer's close
+		// frame over the reason, except for a slow consumer: its peer only
+		// answered the 1008 gust sent.
 		var ce *CloseError
-		if !errors.As(err, &ce) {
+		if !errors.As(err, &ce) || errors.Is(c.err, ErrSlowConsumer) {
 			err = c.err
 		}
 	}

@@ -93,9 +93,13 @@
 // OnClose gets the error. A callback that blocks therefore delays every
 // corked write: hand slow work to a goroutine, or set Options.Parallel.
 //
-// [Conn.WriteAsync] queues a message for a short-lived writer goroutine and
-// returns at once; it reports the write's result to a callback, and returns
-// [ErrQueueFull] when the connection's bounded queue is full.
+// [Conn.WriteAsync] and [Conn.WritePreparedAsync] queue a message in the
+// connection's outbox and return at once; a short-lived writer goroutine
+// writes what is queued, all of a batch in one system call, and reports each
+// result to a callback. The outbox holds Options.OutboxSize messages; past
+// that, Options.OutboxPolicy decides: refuse with [ErrQueueFull] (the
+// default), drop the oldest or the newest message, or close a slow consumer
+// with 1008 ([ErrSlowConsumer]).
 //
 // [Conn.Close] starts the closing handshake with a code and a reason. Either
 // side may send any code valid on the wire: 1000–1003 and 1007–1014 (1001
@@ -121,9 +125,10 @@
 // To send one message to many connections, make a [PreparedMessage] once with
 // [NewPreparedMessage] and write it to each with [Conn.WritePrepared]: the
 // frame is built once, and compressed once per distinct compression setting
-// of the receivers, rather than once per receiver. Topics, per-receiver queues
-// and fan-out across processes live in the hub package,
-// github.com/gustws/gust/hub.
+// of the receivers, rather than once per receiver. [Conn.WritePreparedAsync]
+// queues one in the outbox without waiting for the socket. Topics and fan-out
+// across processes live in the package github.com/gustws/gust/hub, built on
+// the outbox.
 //
 // # Limits and timeouts
 //
@@ -168,6 +173,7 @@
 // first bytes of the Body when the server answered, and the cause in Err;
 // Upgrade returns one for a request it refused. Writes on a connection that
 // has ended return [net.ErrClosed]; [Conn.WriteAsync] returns [ErrQueueFull]
-// when its queue is full, and [Conn.Close] returns [ErrInvalidCloseCode] for a
+// or [ErrSlowConsumer] when its outbox is full, as Options.OutboxPolicy
+// says, and [Conn.Close] returns [ErrInvalidCloseCode] for a
 // code that may not be sent.
 package gust

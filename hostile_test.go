@@ -115,16 +115,13 @@ func TestWriteTimeoutCutsAPeerThatNeverReads(t *testing.T) {
 			}()
 			return done
 		}},
-		{"Hub", func(t *testing.T, c *Conn) <-chan error {
-			hub, err := NewHub(&HubOptions{QueueSize: 1 << 20, Policy: DropNewest})
-			require.NoError(t, err)
-			t.Cleanup(func() { hub.Close() })
-			require.NoError(t, hub.Subscribe(c, "t"))
+		{"WritePreparedAsync", func(t *testing.T, c *Conn) <-chan error {
 			pm, err := NewPreparedMessage(OpBinary, big)
 			require.NoError(t, err)
 			go func() {
-				for hub.Stats().Connections > 0 && hub.Stats().Pending < 1000 {
-					hub.Publish("t", OpBinary, pm.Payload())
+				// Queue until the outbox is full (ErrQueueFull) or the
+				// connection has ended; the writer blocks on the first.
+				for c.WritePreparedAsync(pm, nil) == nil {
 				}
 			}()
 			return nil

@@ -43,9 +43,22 @@ type Options struct {
 	// not corked. Default 0: OnMessage runs on the read goroutine, in order.
 	Parallel int
 
-	// WriteQueueSize bounds the messages WriteAsync may hold per connection;
-	// past it WriteAsync returns ErrQueueFull. Default 256.
-	WriteQueueSize int
+	// OutboxSize bounds the messages WriteAsync and WritePreparedAsync may
+	// hold per connection besides the batch being written (at most as many
+	// again). Default 256. Memory: the outbox holds references, not
+	// payloads (those stay the caller's, or the PreparedMessage's that every
+	// receiver shares), 48 bytes a message, in arrays of 16 or 64 entries
+	// that a connection borrows from pools shared by all while it has
+	// messages queued (a longer burst grows its own); an idle connection
+	// holds none.
+	OutboxSize int
+
+	// OutboxPolicy is what happens to a message queued while the outbox
+	// holds OutboxSize: refused with ErrQueueFull (OutboxReject, the
+	// default), the oldest or the new one dropped, or the connection closed
+	// with 1008 as a slow consumer (OutboxCloseSlow). Values other than the
+	// four constants mean OutboxReject.
+	OutboxPolicy OutboxPolicy
 
 	// CloseTimeout bounds the wait for the peer's answer to a close frame
 	// gust sent, before the TCP connection is closed anyway. Default 5s.
@@ -54,8 +67,8 @@ type Options struct {
 	CloseTimeout time.Duration
 
 	// WriteTimeout bounds how long a write may make no progress: every
-	// write gust makes to the socket (messages, corked batches, WriteAsync,
-	// a Hub's writer, pings, close frames) fails once the peer has taken no
+	// write gust makes to the socket (messages, corked batches, the outbox's
+	// writer, pings, close frames) fails once the peer has taken no
 	// bytes for that long, and the connection ends; OnClose then receives
 	// an error for which errors.Is(err, os.ErrDeadlineExceeded) holds. A
 	// large message written in pieces gets the full timeout for each piece.
@@ -83,7 +96,7 @@ const (
 	defaultReadBufferSize   = 64 << 10
 	defaultWriteBufferSize  = 64 << 10
 	defaultMaxMessageSize   = 16 << 20
-	defaultWriteQueueSize   = 256
+	defaultOutboxSize       = 256
 	defaultCloseTimeout     = 5 * time.Second
 	defaultWriteTimeout     = 10 * time.Second
 	defaultHandshakeTimeout = 10 * time.Second
@@ -122,8 +135,8 @@ func newConfig(o Options, server bool) *config {
 	if c.Parallel < 0 {
 		c.Parallel = 0
 	}
-	if c.WriteQueueSize <= 0 {
-		c.WriteQueueSize = defaultWriteQueueSize
+	if c.OutboxSize <= 0 {
+		c.OutboxSize = defaultOutboxSize
 	}
 	if c.CloseTimeout <= 0 {
 		c.CloseTimeout = defaultCloseTimeout

@@ -44,7 +44,7 @@ func TestWriteAsyncIsBounded(t *testing.T) {
 		}
 		queued <- errs
 	}
-	dialRaw(t, startServer(t, h, &Options{WriteQueueSize: 4}), nil)
+	dialRaw(t, startServer(t, h, &Options{OutboxSize: 4}), nil)
 	errs := <-queued
 	full := 0
 	for _, err := range errs {

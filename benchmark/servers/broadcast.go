@@ -16,9 +16,9 @@ import (
 // per million deliveries.
 //
 // "Flat out" needs flow control, or a publisher that outruns the sockets would grow every
-// queue without end (gws) or have the Hub close its receivers as slow (gust): each publisher
-// keeps at most about BROADCAST_WINDOW (16) messages per connection queued and not yet
-// written, each the way its library allows: gust reads Hub.Stats().Pending; gws queues a
+// queue without end (gws) or have the outboxes close their connections as slow (gust): each
+// publisher keeps at most about BROADCAST_WINDOW (16) messages per connection queued and not
+// yet written, each the way its library allows: gust reads Hub.Stats().Pending; gws queues a
 // marker behind every eighth broadcast on each connection's write queue (conn.Async); gorilla
 // counts the messages its writer goroutines have not yet written. Publishing starts only once
 // every connection is open, so that no socket buffer fills while gustload is still ramping up

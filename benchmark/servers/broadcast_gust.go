@@ -4,12 +4,13 @@ import (
 	"net"
 
 	"github.com/gustws/gust"
+	"github.com/gustws/gust/hub"
 )
 
-// bcast-gust: a gust.Server with a gust.Hub (CloseSlow, 4,096 messages per connection); every
-// connection joins through Hub.Wrap and the publisher calls Hub.PublishAll: the message is
-// framed once, queued for each connection, and written by a writer goroutine per connection
-// that exists while its queue is not empty, every batch in one system call.
+// bcast-gust: a gust.Server with a hub.Hub (gust.OutboxCloseSlow, outboxes of 4,096 messages);
+// every connection joins through Hub.Wrap and the publisher calls Hub.PublishAll: the message
+// is framed once, queued in each connection's outbox, and written by a writer goroutine per
+// connection that exists while its outbox is not empty, every batch in one system call.
 //
 // bcast-gust-loop: no Hub: the publisher writes one gust.PreparedMessage to every connection
 // in turn with Conn.WritePrepared, from its own goroutine (a blocked socket would block it).
@@ -55,20 +56,19 @@ func startGustBroadcast(addr string, deflate, useHub bool) (Server, error) {
 	trigger := &bcastTrigger{cfg: cfg}
 	h := gustBroadcast{trigger: trigger}
 	var ev gust.Event = h
+	opts := gust.Options{MaxMessageSize: MaxMessage, Compression: gust.CompressionOptions{Enabled: deflate}}
 	if useHub {
 		// The flow control below bounds the messages queued over all connections, not on
 		// each: gustload, one core serving every reader, serves them unevenly, and with the
-		// default queue of 256 an unlucky reader is now and then closed as slow (1008) in the
-		// middle of a run. 4,096 keeps the Hub's policy in place for a reader that stalls.
-		hub, err := gust.NewHub(&gust.HubOptions{QueueSize: 4096})
-		if err != nil {
-			return nil, err
-		}
-		ev = hub.Wrap(h)
+		// default outbox of 256 an unlucky reader is now and then closed as slow (1008) in the
+		// middle of a run. 4,096 keeps the policy in place for a reader that stalls.
+		opts.OutboxSize, opts.OutboxPolicy = 4096, gust.OutboxCloseSlow
+		hb := new(hub.Hub)
+		ev = hb.Wrap(h)
 		limit := int64(cfg.conns * cfg.window)
 		trigger.run = func(stop func() bool) {
-			for trigger.pace(func() int64 { return hub.Stats().Pending }, limit, stop) {
-				if hub.PublishAll(gust.OpText, payload) != nil {
+			for trigger.pace(func() int64 { return hb.Stats().Pending }, limit, stop) {
+				if hb.PublishAll(gust.OpText, payload) != nil {
 					return
 				}
 			}
@@ -92,10 +92,7 @@ func startGustBroadcast(addr string, deflate, useHub bool) (Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv := &gust.Server{Upgrader: gust.Upgrader{
-		Handler: ev,
-		Options: gust.Options{MaxMessageSize: MaxMessage, Compression: gust.CompressionOptions{Enabled: deflate}},
-	}}
+	srv := &gust.Server{Upgrader: gust.Upgrader{Handler: ev, Options: opts}}
 	go srv.Serve(ln)
 	return gustServer{srv: srv, addr: ln.Addr().String()}, nil
 }

@@ -1,10 +1,11 @@
-// Package gustnats is a gust.Broker on NATS (github.com/nats-io/nats.go): the
-// gust Hubs of several processes, each with a Broker on its own NATS
-// connection, fan out to each other's WebSocket connections.
+// Package gustnats is a hub.Broker (github.com/gustws/gust/hub) on NATS
+// (github.com/nats-io/nats.go): the Hubs of several processes, each with a
+// Broker on its own NATS connection, fan out to each other's WebSocket
+// connections.
 //
 //	nc, err := nats.Connect("nats://127.0.0.1:4222", nats.MaxReconnects(-1))
 //	...
-//	hub, err := gust.NewHub(&gust.HubOptions{Broker: gustnats.New(nc, "")})
+//	h, err := hub.New(&hub.Options{Broker: gustnats.New(nc, "")})
 //
 // A message published on one Hub reaches the connections of every Hub once:
 // the publishing Hub delivers to its own connections at once and ignores the
@@ -32,17 +33,21 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/gustws/gust/hub"
 )
 
 // DefaultSubject is the subject prefix New uses for "".
 const DefaultSubject = "gust.hub"
 
 // Broker publishes a Hub's messages to NATS and delivers those of the other
-// Hubs. It implements gust.Broker.
+// Hubs. It implements hub.Broker.
 type Broker struct {
 	nc     *nats.Conn
 	prefix string
 }
+
+var _ hub.Broker = (*Broker)(nil)
 
 // New returns a Broker on nc whose messages travel on subjects below
 // subject (DefaultSubject when ""): subject.<topic> for a topic made only of

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gustws/gust"
+	"github.com/gustws/gust/hub"
 )
 
 // startNATS runs a real NATS server in-process on 127.0.0.1:port (0: any).
@@ -73,7 +74,7 @@ func (d *gatedDialer) open() {
 type machine struct {
 	name         string
 	nc           *nats.Conn
-	hub          *gust.Hub
+	hub          *hub.Hub
 	url          string
 	dialer       *gatedDialer
 	disconnected chan struct{}
@@ -82,7 +83,7 @@ type machine struct {
 
 type joinRoom struct {
 	gust.BuiltinEventHandler
-	hub *gust.Hub
+	hub *hub.Hub
 }
 
 func (j joinRoom) OnOpen(c *gust.Conn) {
@@ -107,16 +108,17 @@ func startMachine(t *testing.T, name, natsURL string, extra ...nats.Option) *mac
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	m.nc = nc
-	// The queues hold a whole test's messages: another machine's publisher
-	// is paced by nothing here, and NATS hands its messages over in bursts
-	// that the default 256 would answer with CloseSlow.
-	m.hub, err = gust.NewHub(&gust.HubOptions{Broker: New(nc, "test.hub"), QueueSize: 8192})
+	m.hub, err = hub.New(&hub.Options{Broker: New(nc, "test.hub")})
 	require.NoError(t, err)
 	t.Cleanup(func() { m.hub.Close() })
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	srv := &gust.Server{Upgrader: gust.Upgrader{Handler: m.hub.Wrap(joinRoom{hub: m.hub})}}
+	// The outboxes hold a whole test's messages: another machine's
+	// publisher is paced by nothing here, and NATS hands its messages over
+	// in bursts that the default 256 would answer with a close as slow.
+	wsOpts := gust.Options{OutboxSize: 8192, OutboxPolicy: gust.OutboxCloseSlow}
+	srv := &gust.Server{Upgrader: gust.Upgrader{Handler: m.hub.Wrap(joinRoom{hub: m.hub}), Options: wsOpts}}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	m.url = "ws://" + ln.Addr().String() + "/"

@@ -39,8 +39,7 @@ func TestChatInChromium(t *testing.T) {
 	}
 	chromium, driver := findChromium(t)
 
-	ch, err := newChat()
-	require.NoError(t, err)
+	ch := newChat()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	srv := &http.Server{Handler: ch.handler()}

@@ -7,8 +7,9 @@
 // The page (static/index.html, embedded in the binary) opens
 // ws://HOST/ws?name=NAME&room=ROOM. Each connection joins its room's topic
 // on the Hub; what one member says is published to the room, and every
-// member's connection gets it through its own bounded queue, so a member
-// who stops reading cannot slow the others (the Hub closes it with 1008).
+// member's connection gets it through its own bounded outbox, so a member
+// who stops reading cannot slow the others (its outbox overflows and the
+// connection is closed with 1008: gust.OutboxCloseSlow).
 //
 // Messages from the page are JSON: {"text": "..."}. Messages to the page
 // are JSON too: {"type": "welcome"|"join"|"leave"|"message", "room", "name",
@@ -35,6 +36,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gustws/gust"
+	"github.com/gustws/gust/hub"
 )
 
 //go:embed static
@@ -48,7 +50,7 @@ const (
 // chat is the server: a Hub with one topic per room, and who is in which.
 type chat struct {
 	gust.BuiltinEventHandler
-	hub      *gust.Hub
+	hub      *hub.Hub
 	upgrader *gust.Upgrader
 
 	mu      sync.Mutex
@@ -70,22 +72,19 @@ type event struct {
 	Version uint64 `json:"version,omitempty"`
 }
 
-func newChat() (*chat, error) {
-	hub, err := gust.NewHub(nil) // CloseSlow: a member who stops reading is closed with 1008
-	if err != nil {
-		return nil, err
-	}
-	ch := &chat{hub: hub, rooms: make(map[string]map[*gust.Conn]string)}
+func newChat() *chat {
+	ch := &chat{hub: new(hub.Hub), rooms: make(map[string]map[*gust.Conn]string)}
 	// Wrap removes a connection from the Hub before OnClose runs, so the
 	// "left" notice does not go to the connection that left.
 	ch.upgrader = &gust.Upgrader{
-		Handler: hub.Wrap(ch),
+		Handler: ch.hub.Wrap(ch),
 		Options: gust.Options{
 			MaxMessageSize: 16 << 10,
 			Compression:    gust.CompressionOptions{Enabled: true},
+			OutboxPolicy:   gust.OutboxCloseSlow, // a member who stops reading is closed with 1008
 		},
 	}
-	return ch, nil
+	return ch
 }
 
 // handler serves the page and the WebSocket endpoint.
@@ -144,7 +143,7 @@ func (ch *chat) OnOpen(c *gust.Conn) {
 	ch.version++
 	members, version := ch.membersLocked(room), ch.version
 	// The notice is published under mu, so that notices go out in the
-	// order the lists changed. Publish never blocks: the Hub queues.
+	// order the lists changed. Publish never blocks: it only queues.
 	ch.publish(event{Type: "join", Room: room, Name: name, Members: members, Version: version})
 	ch.mu.Unlock()
 	ch.send(c, event{Type: "welcome", Room: room, Name: name, Members: members, Version: version})
@@ -228,10 +227,7 @@ func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on")
 	flag.Parse()
 
-	ch, err := newChat()
-	if err != nil {
-		log.Fatal(err)
-	}
+	ch := newChat()
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		log.Fatal(err)

@@ -8,7 +8,7 @@
 // interval the server publishes one message to each topic: every client
 // still gets one message per interval, framed once per topic. Every 10
 // seconds it logs the connections, the deliveries per second, and what the
-// Hub dropped or closed as slow.
+// connections' outboxes dropped or closed as slow (gust.OutboxCloseSlow).
 //
 // Try it with gustload's receive-only mode:
 //
@@ -29,11 +29,12 @@ import (
 	"time"
 
 	"github.com/gustws/gust"
+	"github.com/gustws/gust/hub"
 )
 
 type pusher struct {
 	gust.BuiltinEventHandler
-	hub    *gust.Hub
+	hub    *hub.Hub
 	topics []string
 	next   atomic.Uint64 // round-robin over topics
 	conns  atomic.Int64
@@ -65,23 +66,23 @@ func main() {
 	size := flag.Int("size", 1024, "message size in bytes")
 	interval := flag.Duration("interval", time.Second, "time between two pushes")
 	compress := flag.Bool("compress", false, "offer permessage-deflate")
-	queue := flag.Int("queue", 0, "Hub queue size per connection (0: the default, 256)")
+	queue := flag.Int("queue", 0, "outbox size per connection (0: the default, 256)")
 	flag.Parse()
 	if *topics < 1 || *size < 64 || *interval <= 0 {
 		log.Fatal("push: -topics must be at least 1, -size at least 64, -interval positive")
 	}
 
-	hub, err := gust.NewHub(&gust.HubOptions{QueueSize: *queue})
-	if err != nil {
-		log.Fatal(err)
-	}
-	p := &pusher{hub: hub}
+	p := &pusher{hub: new(hub.Hub)}
 	for i := range *topics {
 		p.topics = append(p.topics, "t"+strconv.Itoa(i))
 	}
 	srv := &gust.Server{Upgrader: gust.Upgrader{
-		Handler: hub.Wrap(p),
-		Options: gust.Options{Compression: gust.CompressionOptions{Enabled: *compress}},
+		Handler: p.hub.Wrap(p),
+		Options: gust.Options{
+			Compression:  gust.CompressionOptions{Enabled: *compress},
+			OutboxSize:   *queue,
+			OutboxPolicy: gust.OutboxCloseSlow, // a client that cannot keep up is closed with 1008
+		},
 	}}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -92,7 +93,7 @@ func main() {
 		report := time.NewTicker(10 * time.Second)
 		defer report.Stop()
 		var seq uint64
-		last, lastAt := hub.Stats(), time.Now()
+		last, lastAt := p.hub.Stats(), time.Now()
 		for {
 			select {
 			case <-ctx.Done():
@@ -100,12 +101,12 @@ func main() {
 			case <-tick.C:
 				seq++
 				for _, t := range p.topics {
-					if err := hub.Publish(t, gust.OpText, message(t, seq, *size)); err != nil {
+					if err := p.hub.Publish(t, gust.OpText, message(t, seq, *size)); err != nil {
 						log.Printf("push: %v", err)
 					}
 				}
 			case now := <-report.C:
-				st := hub.Stats()
+				st := p.hub.Stats()
 				dt := now.Sub(lastAt).Seconds()
 				log.Printf("push: %d connections, %.0f deliveries/s, %d dropped, %d closed as slow, %d pending",
 					p.conns.Load(), float64(st.Delivered-last.Delivered)/dt, st.Dropped-last.Dropped,

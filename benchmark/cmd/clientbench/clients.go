@@ -7,9 +7,10 @@ package main
 // every other option is left at the library's default, except coder's 32 KiB read limit, which
 // the 234 KiB payload needs raised.
 //
-// gust-async is gust with Conn.WriteAsync instead of WriteMessage: writes queued and written by
-// a worker goroutine, each batch of queued messages in one system call; at most 256 messages
-// (the default WriteQueueSize) are queued or being written, a done callback frees a place.
+// gust-async is gust with Conn.WriteAsync instead of WriteMessage: writes queued in the
+// connection's outbox and written by a writer goroutine, each batch of queued messages in one
+// system call; at most 256 messages (the default OutboxSize) are queued or being written, a
+// done callback frees a place.
 //
 // Each received data message is checked the same way in every client: type and length of each,
 // every byte of the first and the last of a run.
@@ -111,7 +112,7 @@ type gustExpectation struct {
 	done chan struct{}
 }
 
-// asyncWindow is gust's default Options.WriteQueueSize: WriteAsync never finds the queue full.
+// asyncWindow is gust's default Options.OutboxSize: WriteAsync never finds the outbox full.
 const asyncWindow = 256
 
 type textMsg struct {

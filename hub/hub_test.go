@@ -1,10 +1,11 @@
-package gust_test
+package hub_test
 
 import (
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"runtime"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gustws/gust"
+	"github.com/gustws/gust/hub"
 )
 
 // hubServer runs a gust.Server on loopback whose handler is wrapped by hub.
@@ -25,7 +27,7 @@ import (
 // stall the server's writes sooner).
 type hubServer struct {
 	url    string
-	hub    *gust.Hub
+	hub    *hub.Hub
 	mu     sync.Mutex
 	closed map[string]error // remote address -> OnClose's error
 	done   chan string      // remote addresses, as OnClose runs
@@ -70,7 +72,7 @@ func (h hubHandler) OnClose(c *gust.Conn, err error) {
 }
 
 type serverConfig struct {
-	hub      *gust.Hub
+	hub      *hub.Hub
 	wrap     bool
 	autoJoin string
 	opts     *gust.Options
@@ -223,11 +225,10 @@ func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
 func TestHubTopics(t *testing.T) {
 	for _, compress := range []bool{false, true} {
 		t.Run(fmt.Sprintf("compress=%v", compress), func(t *testing.T) {
-			hub, err := gust.NewHub(nil)
-			require.NoError(t, err)
-			defer hub.Close()
+			hb := new(hub.Hub) // the zero value is a local Hub
+			defer hb.Close()
 			opts := &gust.Options{Compression: gust.CompressionOptions{Enabled: true, Threshold: 1}}
-			s := startHubServer(t, serverConfig{hub: hub, wrap: true, opts: opts})
+			s := startHubServer(t, serverConfig{hub: hb, wrap: true, opts: opts})
 			a := dialHub(t, s.url, 0, compress, true)
 			b := dialHub(t, s.url, 0, compress, true)
 			ab := dialHub(t, s.url, 0, compress, true)
@@ -235,18 +236,18 @@ func TestHubTopics(t *testing.T) {
 			b.send(t, "join:b")
 			ab.send(t, "join:a")
 			ab.send(t, "join:b")
-			waitFor(t, "3 connections", 5*time.Second, func() bool { return hub.Stats().Connections == 3 })
-			require.Equal(t, 2, hub.Stats().Topics)
+			waitFor(t, "3 connections", 5*time.Second, func() bool { return hb.Stats().Connections == 3 })
+			require.Equal(t, 2, hb.Stats().Topics)
 
 			long := strings.Repeat("compressible text ", 100)
-			require.NoError(t, hub.Publish("a", gust.OpText, []byte("to a")))
-			require.NoError(t, hub.Publish("b", gust.OpText, []byte("to b")))
-			require.NoError(t, hub.Publish("a", gust.OpText, []byte(long)))
-			require.NoError(t, hub.Publish("nobody", gust.OpText, []byte("lost")))
-			require.NoError(t, hub.PublishAll(gust.OpText, []byte("to all")))
+			require.NoError(t, hb.Publish("a", gust.OpText, []byte("to a")))
+			require.NoError(t, hb.Publish("b", gust.OpText, []byte("to b")))
+			require.NoError(t, hb.Publish("a", gust.OpText, []byte(long)))
+			require.NoError(t, hb.Publish("nobody", gust.OpText, []byte("lost")))
+			require.NoError(t, hb.PublishAll(gust.OpText, []byte("to all")))
 			ab.send(t, "leave:a")
-			require.NoError(t, hub.Publish("a", gust.OpText, []byte("to a again")))
-			require.NoError(t, hub.PublishAll(gust.OpText, []byte("end")))
+			require.NoError(t, hb.Publish("a", gust.OpText, []byte("to a again")))
+			require.NoError(t, hb.PublishAll(gust.OpText, []byte("end")))
 
 			last := func(c *hubClient) func() bool {
 				return func() bool { m := c.textsNow(); return len(m) > 0 && m[len(m)-1] == "end" }
@@ -258,8 +259,10 @@ func TestHubTopics(t *testing.T) {
 			require.Equal(t, []string{"to b", "to all", "end"}, b.textsNow())
 			require.Equal(t, []string{"to a", "to b", long, "to all", "end"}, ab.textsNow())
 
-			st := hub.Stats()
-			require.EqualValues(t, 13, st.Delivered)
+			// A writer counts a message once its write returned, which
+			// may be just after the client has read it.
+			waitFor(t, "13 deliveries", 5*time.Second, func() bool { return hb.Stats().Delivered == 13 })
+			st := hb.Stats()
 			require.Zero(t, st.Dropped)
 			require.Zero(t, st.Pending)
 
@@ -267,11 +270,11 @@ func TestHubTopics(t *testing.T) {
 			a.conn.Close(gust.StatusNormalClosure, "")
 			<-a.closed
 			a.closed <- nil // for the cleanup
-			waitFor(t, "a to leave", 5*time.Second, func() bool { return hub.Stats().Connections == 2 })
+			waitFor(t, "a to leave", 5*time.Second, func() bool { return hb.Stats().Connections == 2 })
 			ab.send(t, "leave:b")
 			// Without topics, ab stays: it joined through Wrap, for PublishAll.
-			require.Equal(t, 2, hub.Stats().Connections)
-			require.Equal(t, 1, hub.Stats().Topics)
+			require.Equal(t, 2, hb.Stats().Connections)
+			require.Equal(t, 1, hb.Stats().Topics)
 		})
 	}
 }
@@ -279,47 +282,44 @@ func TestHubTopics(t *testing.T) {
 // Without Wrap, a connection that closed is dropped when a message is next
 // published to it; one that leaves its last topic leaves the Hub.
 func TestHubWithoutWrap(t *testing.T) {
-	hub, err := gust.NewHub(nil)
+	hb, err := hub.New(nil)
 	require.NoError(t, err)
-	defer hub.Close()
-	s := startHubServer(t, serverConfig{hub: hub, autoJoin: "news"})
+	defer hb.Close()
+	s := startHubServer(t, serverConfig{hub: hb, autoJoin: "news"})
 	c1 := dialHub(t, s.url, 0, false, true)
 	c2 := dialHub(t, s.url, 0, false, true)
-	waitFor(t, "2 connections", 5*time.Second, func() bool { return hub.Stats().Connections == 2 })
+	waitFor(t, "2 connections", 5*time.Second, func() bool { return hb.Stats().Connections == 2 })
 
 	c1.conn.Close(gust.StatusNormalClosure, "")
 	<-c1.closed
 	c1.closed <- nil
 	<-s.done
-	require.Equal(t, 2, hub.Stats().Connections, "still held: nothing told the Hub")
-	require.NoError(t, hub.Publish("news", gust.OpText, []byte("x")))
-	waitFor(t, "the closed connection to go", 5*time.Second, func() bool { return hub.Stats().Connections == 1 })
+	require.Equal(t, 2, hb.Stats().Connections, "still held: nothing told the Hub")
+	require.NoError(t, hb.Publish("news", gust.OpText, []byte("x")))
+	waitFor(t, "the closed connection to go", 5*time.Second, func() bool { return hb.Stats().Connections == 1 })
 
 	c2.send(t, "leave:news")
-	require.Equal(t, 0, hub.Stats().Connections)
+	require.Equal(t, 0, hb.Stats().Connections)
 
 	// After Close, Publish and Subscribe fail.
-	require.NoError(t, hub.Close())
-	require.ErrorIs(t, hub.Publish("news", gust.OpText, nil), gust.ErrHubClosed)
+	require.NoError(t, hb.Close())
+	require.ErrorIs(t, hb.Publish("news", gust.OpText, nil), hub.ErrClosed)
 	require.NoError(t, c2.conn.WriteString("join:news"))
 	waitFor(t, "the server's error", 5*time.Second, func() bool { return len(c2.textsNow()) == 2 })
-	require.Equal(t, []string{"x", "error:" + gust.ErrHubClosed.Error()}, c2.textsNow())
+	require.Equal(t, []string{"x", "error:" + hub.ErrClosed.Error()}, c2.textsNow())
 }
 
 func TestHubRejectsBadOpcode(t *testing.T) {
-	hub, err := gust.NewHub(nil)
-	require.NoError(t, err)
-	require.Error(t, hub.Publish("t", gust.Opcode(9), nil))
-	_, err = gust.NewHub(&gust.HubOptions{Policy: 7})
-	require.Error(t, err)
-	require.Equal(t, "DropOldest", gust.DropOldest.String())
+	var hb hub.Hub
+	require.Error(t, hb.Publish("t", gust.Opcode(9), nil))
+	require.Equal(t, hub.Stats{}, hb.Stats())
 }
 
 // A receiver that stops reading, behind tiny socket buffers, while the
-// publisher goes at full rate: under CloseSlow it is closed with 1008, under
-// DropOldest and DropNewest it loses messages; the other receivers get every
-// message, in order, and the Hub's live heap stays bounded whatever the
-// volume published.
+// publisher goes at full rate: under OutboxCloseSlow it is closed with 1008,
+// under OutboxDropOldest and OutboxDropNewest it loses messages; the other
+// receivers get every message, in order, and the Hub's live heap stays
+// bounded whatever the volume published.
 func TestHubSlowConsumer(t *testing.T) {
 	const (
 		fast      = 6
@@ -327,18 +327,19 @@ func TestHubSlowConsumer(t *testing.T) {
 		size      = 1024
 		queueSize = 256
 	)
-	for _, policy := range []gust.SlowPolicy{gust.CloseSlow, gust.DropOldest, gust.DropNewest} {
+	for _, policy := range []gust.OutboxPolicy{gust.OutboxCloseSlow, gust.OutboxDropOldest, gust.OutboxDropNewest} {
 		t.Run(policy.String(), func(t *testing.T) {
-			hub, err := gust.NewHub(&gust.HubOptions{QueueSize: queueSize, Policy: policy, SlowCloseTimeout: time.Minute})
+			hb, err := hub.New(nil)
 			require.NoError(t, err)
-			defer hub.Close()
-			s := startHubServer(t, serverConfig{hub: hub, wrap: true, autoJoin: "feed", sndbuf: 16 << 10})
+			defer hb.Close()
+			opts := &gust.Options{OutboxSize: queueSize, OutboxPolicy: policy, WriteTimeout: time.Minute}
+			s := startHubServer(t, serverConfig{hub: hb, wrap: true, autoJoin: "feed", sndbuf: 16 << 10, opts: opts})
 			var fastClients []*hubClient
 			for range fast {
 				fastClients = append(fastClients, dialHub(t, s.url, 0, false, true))
 			}
 			stalled := dialHub(t, s.url, 32<<10, false, false)
-			waitFor(t, "every subscriber", 5*time.Second, func() bool { return hub.Stats().Connections == fast+1 })
+			waitFor(t, "every subscriber", 5*time.Second, func() bool { return hb.Stats().Connections == fast+1 })
 
 			runtime.GC()
 			var ms runtime.MemStats
@@ -352,7 +353,7 @@ func TestHubSlowConsumer(t *testing.T) {
 			start := time.Now()
 			for i := range messages {
 				binary.BigEndian.PutUint64(payload, uint64(i))
-				require.NoError(t, hub.Publish("feed", gust.OpBinary, payload))
+				require.NoError(t, hb.Publish("feed", gust.OpBinary, payload))
 				// Keep every fast receiver within half a queue of the
 				// publisher, so that however the scheduler treats them
 				// (a loaded machine runs one late), only the stalled one
@@ -376,7 +377,7 @@ func TestHubSlowConsumer(t *testing.T) {
 				require.Len(t, seqs, messages)
 				require.EqualValues(t, messages-1, seqs[messages-1])
 			}
-			st := hub.Stats()
+			st := hb.Stats()
 			t.Logf("%v: %d messages of %d bytes to %d+1 receivers in %v; live heap growth at most %d KiB (%d MiB published); %+v",
 				policy, messages, size, fast, elapsed.Round(time.Millisecond), maxLive>>10, messages*size>>20, st)
 			// Unbounded queues would keep ~20 MiB for the stalled receiver.
@@ -389,7 +390,7 @@ func TestHubSlowConsumer(t *testing.T) {
 			go stalled.conn.ReadLoop()
 			stalledAddr := stalled.conn.LocalAddr().String()
 			switch policy {
-			case gust.CloseSlow:
+			case gust.OutboxCloseSlow:
 				require.EqualValues(t, 1, st.ClosedSlow)
 				var err error
 				select {
@@ -401,17 +402,16 @@ func TestHubSlowConsumer(t *testing.T) {
 				require.Equal(t, gust.StatusPolicyViolation, gust.CloseStatus(err), "client saw %v", err)
 				waitFor(t, "the server's OnClose", 10*time.Second, func() bool { return s.closeErr(stalledAddr) != nil })
 				serr := s.closeErr(stalledAddr)
+				require.ErrorIs(t, serr, gust.ErrSlowConsumer)
 				var pe *gust.ProtocolError
-				if !errors.As(serr, &pe) || pe.Code != gust.StatusPolicyViolation {
-					require.Equal(t, gust.StatusPolicyViolation, gust.CloseStatus(serr), "server saw %v", serr)
-				}
+				require.False(t, errors.As(serr, &pe), "a slow consumer is not the peer's protocol error: %v", serr)
 				seqs, bad := stalled.seqsNow()
 				require.NoError(t, bad)
 				for i, s := range seqs { // a prefix, without gaps, then the close
 					require.EqualValues(t, i, s)
 				}
 				require.Less(t, len(seqs), messages)
-			case gust.DropOldest:
+			case gust.OutboxDropOldest:
 				require.Zero(t, st.ClosedSlow)
 				waitFor(t, "the latest message", 20*time.Second, func() bool {
 					seqs, _ := stalled.seqsNow()
@@ -420,9 +420,9 @@ func TestHubSlowConsumer(t *testing.T) {
 				seqs, bad := stalled.seqsNow()
 				require.NoError(t, bad)
 				require.Less(t, len(seqs), messages, "nothing was dropped")
-			case gust.DropNewest:
+			case gust.OutboxDropNewest:
 				require.Zero(t, st.ClosedSlow)
-				waitFor(t, "the queue to drain", 20*time.Second, func() bool { return hub.Stats().Pending == 0 })
+				waitFor(t, "the queue to drain", 20*time.Second, func() bool { return hb.Stats().Pending == 0 })
 				time.Sleep(100 * time.Millisecond)
 				seqs, bad := stalled.seqsNow()
 				require.NoError(t, bad)
@@ -434,17 +434,71 @@ func TestHubSlowConsumer(t *testing.T) {
 	}
 }
 
+// A full outbox calls the done function of a message it discards on the
+// publisher's goroutine: the Hub holds no lock then, so that done function
+// may call the Hub.
+func TestHubDoneMayCallTheHub(t *testing.T) {
+	hb := new(hub.Hub) // no Close: on a deadlock it would hang, not fail
+	opened := make(chan *gust.Conn, 1)
+	h := &openHandler{opened: opened}
+	opts := gust.Options{OutboxSize: 1, OutboxPolicy: gust.OutboxDropOldest, WriteTimeout: time.Minute}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := &gust.Server{Upgrader: gust.Upgrader{Handler: hb.Wrap(h), Options: opts}}
+	go srv.Serve(sndbufListener{ln, 16 << 10})
+	defer srv.Close()
+	peer := dialHub(t, "ws://"+ln.Addr().String()+"/", 32<<10, false, false) // its read loop never runs
+	c := <-opened
+
+	// The writer blocks on a message the peer does not read (its first
+	// byte arriving shows that the writer has taken it); the next one
+	// waits in the outbox, and a publish discards it.
+	require.NoError(t, c.WriteAsync(gust.OpBinary, make([]byte, 4<<20), nil))
+	var first [1]byte
+	peer.conn.NetConn().SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err = io.ReadFull(peer.conn.NetConn(), first[:])
+	require.NoError(t, err)
+	require.Equal(t, byte(0x82), first[0])
+	discarded, subscribed := make(chan error, 1), make(chan error, 1)
+	require.NoError(t, c.WriteAsync(gust.OpText, []byte("mine"), func(err error) {
+		discarded <- err
+		subscribed <- hb.Subscribe(c, "later")
+	}))
+	published := make(chan error, 1)
+	go func() { published <- hb.PublishAll(gust.OpText, []byte("news")) }()
+	for _, ch := range []chan error{discarded, subscribed, published} {
+		select {
+		case err := <-ch:
+			if ch == discarded {
+				require.ErrorIs(t, err, gust.ErrQueueFull)
+			} else {
+				require.NoError(t, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the publisher and the done function wait for each other")
+		}
+	}
+	require.Equal(t, 1, hb.Stats().Topics)
+}
+
+type openHandler struct {
+	gust.BuiltinEventHandler
+	opened chan *gust.Conn
+}
+
+func (h *openHandler) OnOpen(c *gust.Conn) { h.opened <- c }
+
 // Two Hubs on two servers share a LocalBroker: what is published on either
 // reaches the clients of both, once each.
 func TestHubBroker(t *testing.T) {
-	broker := gust.NewLocalBroker()
+	broker := hub.NewLocalBroker()
 	var servers []*hubServer
 	var clients []*hubClient
 	for range 2 {
-		hub, err := gust.NewHub(&gust.HubOptions{Broker: broker})
+		hb, err := hub.New(&hub.Options{Broker: broker})
 		require.NoError(t, err)
-		defer hub.Close()
-		s := startHubServer(t, serverConfig{hub: hub, wrap: true})
+		defer hb.Close()
+		s := startHubServer(t, serverConfig{hub: hb, wrap: true})
 		servers = append(servers, s)
 		for range 2 {
 			c := dialHub(t, s.url, 0, false, true)
@@ -471,7 +525,7 @@ func TestHubBroker(t *testing.T) {
 }
 
 func TestLocalBroker(t *testing.T) {
-	b := gust.NewLocalBroker()
+	b := hub.NewLocalBroker()
 	var got []string
 	unsub, err := b.Subscribe(func(topic string, msg []byte) { got = append(got, topic+"="+string(msg)) })
 	require.NoError(t, err)
@@ -483,25 +537,26 @@ func TestLocalBroker(t *testing.T) {
 }
 
 // A broadcast server: every connection joins the Hub through Wrap, chooses
-// rooms with a message, and the server pushes to a room or to everyone.
+// rooms with a message, and the server pushes to a room or to everyone. A
+// connection whose outbox (256 messages) overflows is closed with 1008.
 func ExampleHub() {
-	hub, err := gust.NewHub(nil) // CloseSlow, 256 messages per connection
-	if err != nil {
-		panic(err)
-	}
-	srv := &gust.Server{Upgrader: gust.Upgrader{Handler: hub.Wrap(roomHandler{hub: hub})}}
+	hb := new(hub.Hub) // local to the process; hub.New for one with a Broker
+	srv := &gust.Server{Upgrader: gust.Upgrader{
+		Handler: hb.Wrap(roomHandler{hub: hb}),
+		Options: gust.Options{OutboxPolicy: gust.OutboxCloseSlow},
+	}}
 	go srv.ListenAndServe("127.0.0.1:0")
 	defer srv.Close()
 
-	hub.Publish("lobby", gust.OpText, []byte("to the lobby"))
-	hub.PublishAll(gust.OpText, []byte("to everyone"))
-	fmt.Println(hub.Stats().Connections)
+	hb.Publish("lobby", gust.OpText, []byte("to the lobby"))
+	hb.PublishAll(gust.OpText, []byte("to everyone"))
+	fmt.Println(hb.Stats().Connections)
 	// Output: 0
 }
 
 type roomHandler struct {
 	gust.BuiltinEventHandler
-	hub *gust.Hub
+	hub *hub.Hub
 }
 
 func (h roomHandler) OnMessage(c *gust.Conn, m *gust.Message) {

@@ -1,4 +1,4 @@
-package gust
+package hub
 
 import (
 	"sync"
@@ -7,8 +7,8 @@ import (
 
 // Broker carries messages between the Hubs of several processes, so that a
 // message published on one machine reaches the connections of every other:
-// set it as HubOptions.Broker on each Hub. The cluster/nats module has one
-// for NATS; [NewLocalBroker] connects the Hubs of one process.
+// set it as Options.Broker of each Hub ([New]). The cluster/nats module
+// has one for NATS; [NewLocalBroker] connects the Hubs of one process.
 //
 // msg is opaque to the Broker (the Hub's own encoding of the message);
 // topic is the Hub topic it was published to, "" for PublishAll, given so
@@ -22,9 +22,9 @@ type Broker interface {
 
 	// Subscribe calls handler with every message published in the cluster
 	// from now until unsubscribe is called. handler must not keep msg after
-	// it returns; it does not block (a Hub only queues the message). Once
-	// unsubscribe has returned, handler is not called again, except by
-	// deliveries already under way.
+	// it returns; it does not block (a Hub only queues the message in its
+	// connections' outboxes). Once unsubscribe has returned, handler is not
+	// called again, except by deliveries already under way.
 	Subscribe(handler func(topic string, msg []byte)) (unsubscribe func(), err error)
 }
 

@@ -1,0 +1,449 @@
+// Package hub sends messages to the gust connections subscribed to a topic,
+// or to every connection it holds, without ever blocking the publisher on a
+// slow socket; with a [Broker], to the connections of other processes too.
+//
+// A [Hub] is built on the connection's outbox ([gust.Conn.WritePreparedAsync]):
+// how much an outbox holds and what happens when it is full belong to the
+// connection, so set gust.Options.OutboxSize and OutboxPolicy on the
+// Upgrader, Server or Dial whose connections you publish to — usually
+// gust.OutboxCloseSlow, which closes a connection that cannot keep up with
+// 1008 (policy violation). The Hub counts what the outboxes refused or
+// discarded in [Stats].
+package hub
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/gustws/gust"
+)
+
+// Options configures a Hub made with [New]. A nil *Options means the zero
+// value.
+type Options struct {
+	// Broker, when set, carries what is published to the Hubs of other
+	// processes, and delivers what they publish to this Hub's connections.
+	// Default nil: the Hub is local to the process.
+	Broker Broker
+
+	// ErrorLog receives messages from the Broker that the Hub cannot
+	// decode. Default: the log package's standard logger.
+	ErrorLog *log.Logger
+}
+
+// ErrClosed is returned by a Hub's methods after Close.
+var ErrClosed = errors.New("gust: hub closed")
+
+// Hub sends messages to the connections subscribed to a topic, or to every
+// connection it holds, without ever blocking the publisher on a slow
+// socket.
+//
+// Each message is framed once (a [gust.PreparedMessage]) and queued in the
+// outbox of each receiving connection ([gust.Conn.WritePreparedAsync]),
+// whose writer goroutine writes what is queued, all of a batch in one
+// system call, and exits when the outbox is empty, so an idle subscriber
+// costs no goroutine. A connection whose outbox is full meets its own
+// gust.Options.OutboxPolicy: set OutboxCloseSlow (closed with 1008),
+// OutboxDropOldest or OutboxDropNewest on the connections you publish to;
+// under the default, OutboxReject, the message is dropped for that
+// connection, as with OutboxDropNewest, and counted in Stats.Dropped. Messages reach each connection in
+// the order they were published on this Hub (and in order with the
+// connection's own WriteAsync calls, which share the outbox).
+//
+// Connections leave the Hub with [Hub.Remove]. To have them leave when they
+// close, wrap the Event handler with [Hub.Wrap] (which also makes every
+// open connection a receiver of [Hub.PublishAll]); without it, a closed
+// connection is dropped the next time a message is published to it.
+//
+// With a [Broker] (Options.Broker), what is published on one Hub reaches
+// the connections of the Hubs in other processes too, once each: a Hub
+// delivers its own messages to its connections at once and ignores them
+// when the broker brings them back.
+//
+// The zero value is a Hub local to the process, ready to use; [New] makes
+// one with a Broker. A Hub is safe for concurrent use and must not be
+// copied after first use.
+type Hub struct {
+	broker      Broker
+	unsubscribe func()
+	errorLog    *log.Logger
+	id          [8]byte
+
+	closed atomic.Bool
+	mu     sync.RWMutex
+	topics map[string]map[*gust.Conn]struct{}
+	conns  map[*gust.Conn]*receiver
+	done   func(error) // h.written, bound once: every queued message carries it
+	lists  sync.Pool   // *[]*gust.Conn: deliver's copies of the receivers
+
+	delivered  atomic.Uint64
+	dropped    atomic.Uint64
+	closedSlow atomic.Uint64
+	pending    atomic.Int64
+}
+
+// receiver is what the Hub knows of a connection it holds; guarded by
+// Hub.mu.
+type receiver struct {
+	topics []string
+	pinned bool // joined through Wrap: stays without topics
+}
+
+// Stats are a Hub's counters, from its start.
+type Stats struct {
+	// Delivered counts messages written to a connection: handed to the
+	// kernel, or corked behind the writes of the connection's read
+	// goroutine, which flushes them before its next read.
+	Delivered uint64
+	// Dropped counts messages that were meant for a connection and never
+	// written to it: refused or discarded by its outbox's policy
+	// (ErrQueueFull), discarded with the outbox of a connection closed as
+	// slow, or whose write failed.
+	Dropped uint64
+	// ClosedSlow counts connections whose outbox a message of this Hub
+	// overflowed under gust.OutboxCloseSlow, and which were closed for it.
+	ClosedSlow uint64
+	// Pending is the number of this Hub's messages in connection outboxes
+	// now, queued or being written. A publisher that would rather slow
+	// down than drop can wait while it is high.
+	Pending int64
+	// Connections is the number of connections the Hub holds now.
+	Connections int
+	// Topics is the number of topics with at least one subscriber.
+	Topics int
+}
+
+// New returns a Hub; a nil opts means the defaults, and New(nil) is the
+// same as a zero Hub. With a Broker, New subscribes to it, and returns the
+// Broker's error if that fails.
+func New(opts *Options) (*Hub, error) {
+	h := new(Hub)
+	if opts != nil {
+		h.broker, h.errorLog = opts.Broker, opts.ErrorLog
+	}
+	if h.errorLog == nil {
+		h.errorLog = log.Default()
+	}
+	rand.Read(h.id[:])
+	if h.broker != nil {
+		unsub, err := h.broker.Subscribe(h.fromBroker)
+		if err != nil {
+			return nil, fmt.Errorf("gust: hub: subscribing to the broker: %w", err)
+		}
+		h.unsubscribe = unsub
+	}
+	return h, nil
+}
+
+// Subscribe adds c to topic's receivers; the Hub holds c from then on.
+// Subscribing twice to one topic is the same as once. It returns ErrClosed
+// after Close. A connection that has already closed is held until a message
+// is next published to it.
+func (h *Hub) Subscribe(c *gust.Conn, topic string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r, err := h.holdLocked(c)
+	if err != nil {
+		return err
+	}
+	if slices.Contains(r.topics, topic) {
+		return nil
+	}
+	r.topics = append(r.topics, topic)
+	set := h.topics[topic]
+	if set == nil {
+		set = make(map[*gust.Conn]struct{})
+		h.topics[topic] = set
+	}
+	set[c] = struct{}{}
+	return nil
+}
+
+// holdLocked returns c's receiver, making it (and, in a zero Hub, the
+// Hub's maps) if needed.
+func (h *Hub) holdLocked(c *gust.Conn) (*receiver, error) {
+	if h.closed.Load() {
+		return nil, ErrClosed
+	}
+	if r := h.conns[c]; r != nil {
+		return r, nil
+	}
+	if h.conns == nil {
+		h.conns = make(map[*gust.Conn]*receiver)
+		h.topics = make(map[string]map[*gust.Conn]struct{})
+		h.done = h.written
+	}
+	r := &receiver{}
+	h.conns[c] = r
+	return r, nil
+}
+
+// Unsubscribe removes c from topic's receivers. Messages already queued for
+// c are still written. A connection left without a topic leaves the Hub,
+// unless it joined through Wrap: those stay, for PublishAll, until they
+// close.
+func (h *Hub) Unsubscribe(c *gust.Conn, topic string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r := h.conns[c]
+	if r == nil {
+		return
+	}
+	i := slices.Index(r.topics, topic)
+	if i < 0 {
+		return
+	}
+	r.topics = slices.Delete(r.topics, i, i+1)
+	h.leaveTopicLocked(c, topic)
+	if len(r.topics) == 0 && !r.pinned {
+		delete(h.conns, c)
+	}
+}
+
+func (h *Hub) leaveTopicLocked(c *gust.Conn, topic string) {
+	if set := h.topics[topic]; set != nil {
+		delete(set, c)
+		if len(set) == 0 {
+			delete(h.topics, topic)
+		}
+	}
+}
+
+// Remove takes c out of every topic and out of the Hub. Messages already
+// in c's outbox are still written.
+func (h *Hub) Remove(c *gust.Conn) {
+	h.mu.Lock()
+	if r := h.conns[c]; r != nil {
+		for _, t := range r.topics {
+			h.leaveTopicLocked(c, t)
+		}
+		delete(h.conns, c)
+	}
+	h.mu.Unlock()
+}
+
+// Wrap returns an Event that passes every call on to next and keeps the
+// Hub up to date: OnOpen makes the connection a receiver of PublishAll
+// before next.OnOpen runs, and OnClose removes it from the Hub before
+// next.OnClose runs (so next.OnClose may publish to the connection's
+// topics, for example a "left" notice, without sending it to the closed
+// connection). Use it when making the Upgrader, Server or client:
+//
+//	srv := &gust.Server{Upgrader: gust.Upgrader{
+//		Handler: h.Wrap(handler),
+//		Options: gust.Options{OutboxPolicy: gust.OutboxCloseSlow},
+//	}}
+func (h *Hub) Wrap(next gust.Event) gust.Event {
+	if next == nil {
+		next = gust.BuiltinEventHandler{}
+	}
+	return hubEvents{hub: h, Event: next}
+}
+
+type hubEvents struct {
+	hub *Hub
+	gust.Event
+}
+
+func (e hubEvents) OnOpen(c *gust.Conn) {
+	h := e.hub
+	h.mu.Lock()
+	if r, err := h.holdLocked(c); err == nil {
+		r.pinned = true
+	}
+	h.mu.Unlock()
+	e.Event.OnOpen(c)
+}
+
+func (e hubEvents) OnClose(c *gust.Conn, err error) {
+	e.hub.Remove(c)
+	e.Event.OnClose(c, err)
+}
+
+// Publish sends a message of type op (OpText or OpBinary) with payload p to
+// every connection subscribed to topic, and through the Broker to those of
+// the other processes' Hubs. It does not wait for any write: it frames the
+// message once and queues it in each receiver's outbox. p may be reused
+// when Publish returns. An error from the Broker is returned after the
+// local receivers have their message.
+func (h *Hub) Publish(topic string, op gust.Opcode, p []byte) error {
+	return h.publish(topic, false, op, p)
+}
+
+// PublishAll sends a message to every connection the Hub holds: those
+// subscribed to any topic, and with Wrap every open connection; and
+// through the Broker to every connection of the other Hubs.
+func (h *Hub) PublishAll(op gust.Opcode, p []byte) error {
+	return h.publish("", true, op, p)
+}
+
+func (h *Hub) publish(topic string, all bool, op gust.Opcode, p []byte) error {
+	if h.closed.Load() {
+		return ErrClosed
+	}
+	pm, err := gust.NewPreparedMessage(op, p)
+	if err != nil {
+		return err
+	}
+	h.deliver(topic, all, pm)
+	if h.broker != nil {
+		if err := h.broker.Publish(topic, h.envelope(all, op, p)); err != nil {
+			return fmt.Errorf("gust: hub: publishing to the broker: %w", err)
+		}
+	}
+	return nil
+}
+
+// deliver queues pm in the outbox of each local receiver, and counts what
+// the outboxes refused. A connection that has closed, or that its outbox
+// closed as slow, leaves the Hub.
+//
+// The receivers are copied out first, and queued to without h.mu held: a
+// full outbox may call the done function of a message it discards on this
+// goroutine, and that function may well call the Hub.
+func (h *Hub) deliver(topic string, all bool, pm *gust.PreparedMessage) {
+	lp, _ := h.lists.Get().(*[]*gust.Conn)
+	if lp == nil {
+		lp = new([]*gust.Conn)
+	}
+	to := (*lp)[:0]
+	h.mu.RLock()
+	if all {
+		for c := range h.conns {
+			to = append(to, c)
+		}
+	} else {
+		for c := range h.topics[topic] {
+			to = append(to, c)
+		}
+	}
+	done := h.done
+	h.mu.RUnlock()
+
+	// Counted before queueing: a writer may be done with a message before
+	// the loop is.
+	h.pending.Add(int64(len(to)))
+	var t tally
+	for _, c := range to {
+		t.add(c, c.WritePreparedAsync(pm, done))
+	}
+	clear(to)
+	*lp = to[:0]
+	h.lists.Put(lp)
+	if t.refused > 0 {
+		h.pending.Add(-t.refused)
+		h.dropped.Add(t.dropped)
+		h.closedSlow.Add(t.slow)
+	}
+	for _, c := range t.gone {
+		h.Remove(c)
+	}
+}
+
+// tally counts the outcomes of one delivery.
+type tally struct {
+	refused       int64 // messages no outbox took
+	dropped, slow uint64
+	gone          []*gust.Conn // connections to remove
+}
+
+func (t *tally) add(c *gust.Conn, err error) {
+	if err == nil {
+		return
+	}
+	t.refused++
+	switch {
+	case errors.Is(err, gust.ErrQueueFull):
+		t.dropped++
+	case errors.Is(err, gust.ErrSlowConsumer):
+		t.dropped++
+		t.slow++
+		t.gone = append(t.gone, c)
+	default: // net.ErrClosed: the connection has closed, or is closing
+		t.gone = append(t.gone, c)
+	}
+}
+
+// written is the done function of every message the Hub queues.
+func (h *Hub) written(err error) {
+	if err == nil {
+		h.delivered.Add(1)
+	} else {
+		h.dropped.Add(1)
+	}
+	h.pending.Add(-1)
+}
+
+// Stats returns the Hub's counters.
+func (h *Hub) Stats() Stats {
+	h.mu.RLock()
+	conns, topics := len(h.conns), len(h.topics)
+	h.mu.RUnlock()
+	return Stats{
+		Delivered:   h.delivered.Load(),
+		Dropped:     h.dropped.Load(),
+		ClosedSlow:  h.closedSlow.Load(),
+		Pending:     h.pending.Load(),
+		Connections: conns,
+		Topics:      topics,
+	}
+}
+
+// Close unsubscribes from the Broker and removes every connection from the
+// Hub (it does not close them, and what their outboxes hold is still
+// written). Publish and Subscribe then return ErrClosed.
+func (h *Hub) Close() error {
+	if h.closed.Swap(true) {
+		return nil
+	}
+	if h.unsubscribe != nil {
+		h.unsubscribe()
+	}
+	h.mu.Lock()
+	clear(h.conns)
+	clear(h.topics)
+	h.mu.Unlock()
+	return nil
+}
+
+// The envelope a Hub hands its Broker: a version byte, flags, the opcode,
+// the publishing Hub's id, then the payload.
+const (
+	envelopeVersion = 1
+	envelopeAll     = 1 << 0
+	envelopeHeader  = 3 + 8
+)
+
+func (h *Hub) envelope(all bool, op gust.Opcode, p []byte) []byte {
+	b := make([]byte, envelopeHeader+len(p))
+	b[0] = envelopeVersion
+	if all {
+		b[1] = envelopeAll
+	}
+	b[2] = byte(op)
+	copy(b[3:], h.id[:])
+	copy(b[envelopeHeader:], p)
+	return b
+}
+
+// fromBroker delivers a message another Hub published.
+func (h *Hub) fromBroker(topic string, msg []byte) {
+	if len(msg) < envelopeHeader || msg[0] != envelopeVersion {
+		h.errorLog.Printf("gust: hub: ignoring a broker message on %q that is not a hub envelope", topic)
+		return
+	}
+	if [8]byte(msg[3:11]) == h.id || h.closed.Load() {
+		return // our own, delivered when it was published
+	}
+	pm, err := gust.NewPreparedMessage(gust.Opcode(msg[2]), msg[envelopeHeader:])
+	if err != nil {
+		h.errorLog.Printf("gust: hub: ignoring a broker message on %q: %v", topic, err)
+		return
+	}
+	h.deliver(topic, msg[1]&envelopeAll != 0, pm)
+}

@@ -1,0 +1,329 @@
+package gust
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// gatedConn is an in-memory net.Conn for outbox tests. Its writes wait at a
+// gate until the test opens it, so that a writer is "blocked on the peer"
+// exactly when the test wants; it records each write. Reads serve what the
+// test sends, and end with io.EOF once the conn is closed.
+type gatedConn struct {
+	gate      chan struct{} // closed: writes go through
+	entered   chan struct{} // one token per write started
+	in        chan []byte
+	closed    chan struct{}
+	closeOnce sync.Once
+
+	mu     sync.Mutex
+	writes [][]byte // a copy of each write
+	first  []*byte  // the address of each write's first byte
+	rest   []byte   // what Read has not served yet
+}
+
+func newGatedConn() *gatedConn {
+	return &gatedConn{gate: make(chan struct{}), entered: make(chan struct{}, 1000),
+		in: make(chan []byte, 10), closed: make(chan struct{})}
+}
+
+func (g *gatedConn) Write(p []byte) (int, error) {
+	g.entered <- struct{}{}
+	select {
+	case <-g.gate:
+	case <-g.closed:
+		return 0, net.ErrClosed
+	}
+	g.mu.Lock()
+	g.writes = append(g.writes, bytes.Clone(p))
+	g.first = append(g.first, &p[0])
+	g.mu.Unlock()
+	return len(p), nil
+}
+
+func (g *gatedConn) Read(p []byte) (int, error) {
+	if len(g.rest) == 0 {
+		select {
+		case g.rest = <-g.in:
+		case <-g.closed:
+			return 0, io.EOF
+		}
+	}
+	n := copy(p, g.rest)
+	g.rest = g.rest[n:]
+	return n, nil
+}
+
+func (g *gatedConn) Close() error {
+	g.closeOnce.Do(func() { close(g.closed) })
+	return nil
+}
+
+func (g *gatedConn) open() { close(g.gate) }
+
+// waitWrite waits until a write has started (and is held at the gate, if
+// it is closed).
+func (g *gatedConn) waitWrite(t *testing.T) {
+	t.Helper()
+	select {
+	case <-g.entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no write started")
+	}
+}
+
+// frames returns the frames written so far, and how many writes carried
+// them.
+func (g *gatedConn) frames(t *testing.T) ([]wireFrame, int) {
+	t.Helper()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	fs, err := parseFrames(bytes.Join(g.writes, nil))
+	require.NoError(t, err)
+	return fs, len(g.writes)
+}
+
+func (g *gatedConn) LocalAddr() net.Addr              { return &net.TCPAddr{} }
+func (g *gatedConn) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
+func (g *gatedConn) SetDeadline(time.Time) error      { return nil }
+func (g *gatedConn) SetReadDeadline(time.Time) error  { return nil }
+func (g *gatedConn) SetWriteDeadline(time.Time) error { return nil }
+
+// startGated runs a server Conn over a gatedConn, its read loop included.
+func startGated(t *testing.T, opts *Options) (*Conn, *gatedConn, *recorder) {
+	t.Helper()
+	g := newGatedConn()
+	h := newRecorder()
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	c := newConn(g, newConfig(o, true), h, true, nil, "")
+	go c.ReadLoop()
+	t.Cleanup(func() {
+		g.Close()
+		select {
+		case <-h.closed:
+		case <-time.After(5 * time.Second):
+			t.Error("OnClose was not called")
+		}
+	})
+	return c, g, h
+}
+
+// results collects done results by name.
+type results struct {
+	mu  sync.Mutex
+	got map[string]error
+}
+
+func (r *results) done(name string) func(error) {
+	return func(err error) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if _, twice := r.got[name]; twice {
+			panic("done called twice for " + name)
+		}
+		r.got[name] = err
+	}
+}
+
+func (r *results) snapshot() map[string]error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := make(map[string]error, len(r.got))
+	for k, v := range r.got {
+		m[k] = v
+	}
+	return m
+}
+
+func payloads(fs []wireFrame) []string {
+	var s []string
+	for _, f := range fs {
+		s = append(s, string(f.payload))
+	}
+	return s
+}
+
+// The outbox writes what WriteAsync and WritePreparedAsync queue, in order:
+// what was queued while a write was blocked goes out as one batch, in one
+// system call, and a prepared message alone in its batch without a copy.
+func TestOutboxWritesInOrder(t *testing.T) {
+	c, g, _ := startGated(t, nil)
+	pm, err := NewPreparedMessage(OpText, []byte("prepared"))
+	require.NoError(t, err)
+	r := &results{got: map[string]error{}}
+
+	require.NoError(t, c.WritePreparedAsync(pm, r.done("p1")))
+	g.waitWrite(t) // held: the next ones queue behind it
+	require.NoError(t, c.WriteAsync(OpText, []byte("a"), r.done("a")))
+	require.NoError(t, c.WritePreparedAsync(pm, r.done("p2")))
+	require.NoError(t, c.WriteAsync(OpBinary, []byte("b"), nil))
+	g.open()
+
+	require.Eventually(t, func() bool { return len(r.snapshot()) == 3 }, 5*time.Second, time.Millisecond)
+	require.Equal(t, map[string]error{"p1": nil, "a": nil, "p2": nil}, r.snapshot())
+	fs, writes := g.frames(t)
+	require.Equal(t, []string{"prepared", "a", "prepared", "b"}, payloads(fs))
+	require.Equal(t, byte(0x82), fs[3].b0)
+	require.Equal(t, 2, writes, "the first message, then the batch queued behind it")
+	g.mu.Lock()
+	require.Same(t, &pm.plain[0], g.first[0], "a prepared message alone in its batch is written without a copy")
+	g.mu.Unlock()
+
+	require.ErrorIs(t, c.WriteAsync(opPing, nil, nil), errBadOpcode)
+	require.Error(t, c.WritePreparedAsync(nil, nil))
+}
+
+// Each policy, with an outbox of 2 behind a write that is blocked: two
+// messages fill it, and a third meets the policy.
+func TestOutboxPolicies(t *testing.T) {
+	cases := []struct {
+		policy  OutboxPolicy
+		ret     error            // what the third call returns
+		done    map[string]error // the done results once all is written
+		written []string
+	}{
+		{OutboxReject, ErrQueueFull,
+			map[string]error{"0": nil, "1": nil, "2": nil}, []string{"0", "1", "2"}},
+		{OutboxDropNewest, nil,
+			map[string]error{"0": nil, "1": nil, "2": nil, "3": ErrQueueFull}, []string{"0", "1", "2"}},
+		{OutboxDropOldest, nil,
+			map[string]error{"0": nil, "1": ErrQueueFull, "2": nil, "3": nil}, []string{"0", "2", "3"}},
+		{OutboxPolicy(7), ErrQueueFull, // unknown: OutboxReject
+			map[string]error{"0": nil, "1": nil, "2": nil}, []string{"0", "1", "2"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.policy.String(), func(t *testing.T) {
+			c, g, _ := startGated(t, &Options{OutboxSize: 2, OutboxPolicy: tc.policy})
+			r := &results{got: map[string]error{}}
+			require.NoError(t, c.WriteAsync(OpText, []byte("0"), r.done("0")))
+			g.waitWrite(t)
+			require.NoError(t, c.WriteAsync(OpText, []byte("1"), r.done("1")))
+			require.NoError(t, c.WriteAsync(OpText, []byte("2"), r.done("2")))
+			require.Equal(t, tc.ret, c.WriteAsync(OpText, []byte("3"), r.done("3")))
+			g.open()
+			require.Eventually(t, func() bool { return len(r.snapshot()) == len(tc.done) }, 5*time.Second, time.Millisecond)
+			require.Equal(t, tc.done, r.snapshot())
+			fs, _ := g.frames(t)
+			require.Equal(t, tc.written, payloads(fs))
+		})
+	}
+	require.Equal(t, "OutboxCloseSlow", OutboxCloseSlow.String())
+	require.Equal(t, "OutboxPolicy(7)", OutboxPolicy(7).String())
+}
+
+// Dropping the oldest again and again keeps the outbox's slice bounded and
+// its order intact.
+func TestOutboxDropOldestKeepsTheLatest(t *testing.T) {
+	c, g, _ := startGated(t, &Options{OutboxSize: 4, OutboxPolicy: OutboxDropOldest})
+	require.NoError(t, c.WriteAsync(OpText, []byte("first"), nil))
+	g.waitWrite(t)
+	for i := range 1000 {
+		require.NoError(t, c.WriteAsync(OpText, []byte{byte('0' + i%10)}, nil))
+	}
+	c.wr.out.mu.Lock()
+	require.LessOrEqual(t, cap(c.wr.out.queue), 16)
+	c.wr.out.mu.Unlock()
+	g.open()
+	require.Eventually(t, func() bool { fs, _ := g.frames(t); return len(fs) == 5 }, 5*time.Second, time.Millisecond)
+	fs, _ := g.frames(t)
+	require.Equal(t, []string{"first", "6", "7", "8", "9"}, payloads(fs))
+}
+
+// OutboxCloseSlow: the queue goes, the write in progress completes, then the
+// close frame with 1008; OnClose sees ErrSlowConsumer, whether the peer
+// answers the close frame or just goes away.
+func TestOutboxCloseSlow(t *testing.T) {
+	for _, answer := range []bool{true, false} {
+		name := map[bool]string{true: "peer answers", false: "peer goes"}[answer]
+		t.Run(name, func(t *testing.T) {
+			c, g, h := startGated(t, &Options{OutboxSize: 2, OutboxPolicy: OutboxCloseSlow})
+			r := &results{got: map[string]error{}}
+			pm, err := NewPreparedMessage(OpText, []byte("p"))
+			require.NoError(t, err)
+			require.NoError(t, c.WritePreparedAsync(pm, r.done("0")))
+			g.waitWrite(t)
+			require.NoError(t, c.WritePreparedAsync(pm, r.done("1")))
+			require.NoError(t, c.WriteAsync(OpText, []byte("2"), r.done("2")))
+			require.ErrorIs(t, c.WritePreparedAsync(pm, r.done("3")), ErrSlowConsumer)
+			require.Equal(t, map[string]error{"1": ErrSlowConsumer, "2": ErrSlowConsumer}, r.snapshot(),
+				"the discarded messages are told at once")
+			require.ErrorIs(t, c.WriteAsync(OpText, nil, nil), net.ErrClosed, "the outbox takes nothing more")
+
+			g.open()
+			require.Eventually(t, func() bool { fs, _ := g.frames(t); return len(fs) == 2 }, 5*time.Second, time.Millisecond)
+			fs, _ := g.frames(t)
+			require.Equal(t, "p", string(fs[0].payload), "the write in progress completes")
+			require.Equal(t, byte(0x88), fs[1].b0)
+			require.Equal(t, []byte{0x03, 0xf0}, fs[1].payload[:2], "1008")
+			require.Equal(t, map[string]error{"0": nil, "1": ErrSlowConsumer, "2": ErrSlowConsumer}, r.snapshot())
+
+			if answer {
+				g.in <- frame(0x88, []byte{0x03, 0xf0})
+			} else {
+				g.Close()
+			}
+			err = h.waitClose(t)
+			h.closed <- err // for the cleanup
+			require.ErrorIs(t, err, ErrSlowConsumer)
+			var pe *ProtocolError
+			require.False(t, errors.As(err, &pe))
+		})
+	}
+}
+
+// Messages still queued when the connection ends get an error, before
+// OnClose; once it has ended, or once a close frame was sent, the outbox
+// takes nothing.
+func TestOutboxAfterTheEnd(t *testing.T) {
+	c, g, h := startGated(t, nil)
+	var mu sync.Mutex
+	var dones []error
+	done := func(err error) { mu.Lock(); dones = append(dones, err); mu.Unlock() }
+	require.NoError(t, c.WriteAsync(OpText, []byte("held"), done))
+	g.waitWrite(t)
+	for range 3 {
+		require.NoError(t, c.WriteAsync(OpText, []byte("queued"), done))
+	}
+	g.Close()
+	err := h.waitClose(t)
+	h.closed <- err
+	mu.Lock()
+	require.Len(t, dones, 4, "every done ran before OnClose")
+	for _, e := range dones {
+		require.Error(t, e)
+	}
+	mu.Unlock()
+	pm, err := NewPreparedMessage(OpText, nil)
+	require.NoError(t, err)
+	require.ErrorIs(t, c.WriteAsync(OpText, nil, nil), net.ErrClosed)
+	require.ErrorIs(t, c.WritePreparedAsync(pm, nil), net.ErrClosed)
+
+	c2, g2, _ := startGated(t, nil)
+	g2.open()
+	require.NoError(t, c2.Close(StatusNormalClosure, ""))
+	require.ErrorIs(t, c2.WriteAsync(OpText, nil, nil), net.ErrClosed)
+	require.ErrorIs(t, c2.WritePreparedAsync(pm, nil), net.ErrClosed)
+}
+
+func BenchmarkWritePreparedAsync1KiB(b *testing.B) {
+	sc := newStreamConn(nil, 0)
+	c := newConn(sc, newConfig(Options{}, true), discardHandler{}, true, nil, "")
+	pm, _ := NewPreparedMessage(OpBinary, repeat("a", 1024))
+	b.ReportAllocs()
+	for b.Loop() {
+		for c.WritePreparedAsync(pm, nil) == ErrQueueFull {
+			time.Sleep(time.Microsecond)
+		}
+	}
+	c.inflight.Wait()
+}
