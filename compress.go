@@ -468,42 +468,6 @@ func (d *deflateState) compress(p []byte) (*[]byte, int, error) {
 // hundreds of kilobytes of a compressor.
 const deflateIdleRelease = time.Second
 
-// armIdleRelease schedules the release of a held compressor; the caller
-// holds the write lock.
-func (c *Conn) armIdleRelease() {
-	d := c.deflate
-	if d.fw == nil || d.timerArmed {
-		return
-	}
-	d.timerArmed = true
-	if d.idleTimer == nil {
-		d.idleTimer = time.AfterFunc(deflateIdleRelease, c.releaseIdleCompressor)
-	} else {
-		d.idleTimer.Reset(deflateIdleRelease)
-	}
-}
-
-// releaseIdleCompressor runs on a timer: it gives the compressor back when
-// nothing was compressed since the last check, and looks again later
-// otherwise.
-func (c *Conn) releaseIdleCompressor() {
-	c.wr.mu.Lock()
-	defer c.wr.mu.Unlock()
-	d := c.deflate
-	if d.fw == nil || c.wr.closed {
-		d.timerArmed = false
-		return
-	}
-	if d.usedRecently {
-		d.usedRecently = false
-		d.idleTimer.Reset(deflateIdleRelease)
-		return
-	}
-	d.putWriter(d.fw)
-	d.fw = nil
-	d.timerArmed = false
-}
-
 // release gives the compressor back, when the connection ends; the caller
 // holds the write lock.
 func (d *deflateState) release() {

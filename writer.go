@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,17 +66,17 @@ func (c *Conn) writeMessage(op Opcode, p []byte, compress bool) error {
 		return errBadOpcode
 	}
 	c.wr.mu.Lock()
-	err := c.writeDataLocked(op, p, compress)
+	err := c.writeMessageLocked(op, p, compress)
 	c.wr.mu.Unlock()
 	return err
 }
 
-// writeDataLocked writes a data message, compressed when permessage-deflate
+// writeMessageLocked writes a data message, compressed when permessage-deflate
 // was negotiated, compress is set and p reaches the threshold.
-func (c *Conn) writeDataLocked(op Opcode, p []byte, compress bool) error {
+func (c *Conn) writeMessageLocked(op Opcode, p []byte, compress bool) error {
 	d := c.deflate
 	if !compress || d == nil || len(p) < d.threshold {
-		return c.writeLocked(op, p)
+		return c.writeFrameLocked(op, p)
 	}
 	if err := c.writableLocked(); err != nil {
 		return err
@@ -92,12 +91,78 @@ func (c *Conn) writeDataLocked(op Opcode, p []byte, compress bool) error {
 	return err
 }
 
+// WritePrepared sends a prepared message: compressed when the connection
+// negotiated permessage-deflate and the message reaches the threshold,
+// as WriteMessage would. On a client connection it frames the payload
+// as WriteMessage does.
+func (c *Conn) WritePrepared(pm *PreparedMessage) error {
+	if pm.op != OpText && pm.op != OpBinary {
+		return errBadOpcode // a zero PreparedMessage
+	}
+	c.wr.mu.Lock()
+	defer c.wr.mu.Unlock()
+	return c.writePreparedLocked(pm)
+}
+
+// writeFramedLocked writes a complete frame: appended to the cork buffer while
+// corked, else written at once.
+func (c *Conn) writeFramedLocked(frame []byte) error {
+	w := &c.wr
+	limit := c.cfg.WriteBufferSize
+	if w.buf != nil && len(*w.buf)+len(frame) > limit {
+		if err := c.flushLocked(); err != nil {
+			return err
+		}
+	}
+	if !w.corked || len(frame) > limit {
+		if w.buf != nil {
+			if err := c.flushLocked(); err != nil {
+				return err
+			}
+		}
+		_, err := c.netWrite(frame)
+		return c.writeFailed(err)
+	}
+	if w.buf == nil {
+		w.buf = bufpool.Get(limit)
+		*w.buf = (*w.buf)[:0]
+	}
+	*w.buf = append(*w.buf, frame...)
+	return nil
+}
+
+// writePreparedLocked is WritePrepared with c.wr.mu held.
+func (c *Conn) writePreparedLocked(pm *PreparedMessage) error {
+	if !c.server {
+		return c.writeMessageLocked(pm.op, pm.payload, true)
+	}
+	if err := c.writableLocked(); err != nil {
+		return err
+	}
+	d := c.deflate
+	if d == nil || len(pm.payload) < d.threshold {
+		return c.writeFramedLocked(pm.plain)
+	}
+	f, err := pm.frameFor(d)
+	if err != nil {
+		return err
+	}
+	if d.fw != nil {
+		// The peer's window now holds this message, which the connection's
+		// own compressor has not seen: its back-references would be off.
+		// The next message starts from an empty window instead.
+		d.putWriter(d.fw)
+		d.fw = nil
+	}
+	return c.writeFramedLocked(f)
+}
+
 // WritePing sends a ping with payload p (at most 125 bytes).
 func (c *Conn) WritePing(p []byte) error {
 	if len(p) > maxControlPayload {
 		return errControlTooLong
 	}
-	return c.writeFrame(opPing, p)
+	return c.writeControl(opPing, p)
 }
 
 // WritePong sends a pong with payload p (at most 125 bytes).
@@ -105,7 +170,7 @@ func (c *Conn) WritePong(p []byte) error {
 	if len(p) > maxControlPayload {
 		return errControlTooLong
 	}
-	return c.writeFrame(opPong, p)
+	return c.writeControl(opPong, p)
 }
 
 // Close starts the closing handshake: it sends a close frame with code and
@@ -168,327 +233,13 @@ func (c *Conn) writeCloseFrame(code StatusCode, reason string) error {
 	if c.wr.closeSent {
 		return errClosed
 	}
-	err := c.writeLocked(opClose, p[:n])
+	err := c.writeFrameLocked(opClose, p[:n])
 	c.wr.closeSent = true
 	c.closing.Store(true)
 	if err == nil {
 		err = c.flushLocked()
 	}
 	return err
-}
-
-// OutboxPolicy is what a connection's outbox does with a message queued
-// ([Conn.WriteAsync], [Conn.WritePreparedAsync]) while it already holds
-// Options.OutboxSize messages: the peer reads more slowly than messages are
-// queued for it.
-type OutboxPolicy uint8
-
-const (
-	// OutboxReject, the default, refuses the new message: the call returns
-	// ErrQueueFull and queues nothing, and the caller decides what to do.
-	OutboxReject OutboxPolicy = iota
-
-	// OutboxDropOldest discards the oldest queued message that is not being
-	// written yet and queues the new one: the peer gets the latest
-	// messages, with gaps. The call returns nil; the discarded message's
-	// done, if any, receives ErrQueueFull.
-	OutboxDropOldest
-
-	// OutboxDropNewest discards the new message: the peer gets what was
-	// queued first, with gaps. The call returns nil, as for a message
-	// queued, and done, if any, receives ErrQueueFull at once: unlike
-	// OutboxReject, the caller hands the message over and learns of the drop
-	// only through done.
-	OutboxDropNewest
-
-	// OutboxCloseSlow discards the queue and closes the connection with 1008
-	// (policy violation): the close frame goes out once the write in
-	// progress, if any, completes, and a write blocked on the peer is cut
-	// by Options.WriteTimeout. The call returns ErrSlowConsumer, the
-	// discarded messages' done functions receive it, and OnClose receives
-	// an error for which errors.Is(err, ErrSlowConsumer) holds. Later calls
-	// return net.ErrClosed.
-	OutboxCloseSlow
-)
-
-func (p OutboxPolicy) String() string {
-	switch p {
-	case OutboxReject:
-		return "OutboxReject"
-	case OutboxDropOldest:
-		return "OutboxDropOldest"
-	case OutboxDropNewest:
-		return "OutboxDropNewest"
-	case OutboxCloseSlow:
-		return "OutboxCloseSlow"
-	}
-	return "OutboxPolicy(" + strconv.Itoa(int(p)) + ")"
-}
-
-// outbox is a connection's queue of asynchronous writes. A writer goroutine
-// runs while it is not empty (drainOutbox); its fields are guarded by mu,
-// which is never held while writing to the socket.
-type outbox struct {
-	mu    sync.Mutex
-	queue []outboxItem // queue[head:] waits to be written, oldest first
-	head  int          // the slots before it were emptied by OutboxDropOldest
-	busy  bool         // a writer goroutine runs
-	state uint8
-}
-
-const (
-	outboxOpen    = iota
-	outboxClosing // closed as slow: the writer sends the close frame
-	outboxClosed  // the connection has ended
-)
-
-// The outbox's slices come from two pools that every connection shares,
-// of arrays of smallOutboxCap and largeOutboxCap items, and go back when
-// the writer exits: an idle connection holds none, and a broadcast does
-// not allocate in steady state. A burst past largeOutboxCap grows a slice
-// of its own, left to the garbage collector when the writer exits.
-const (
-	smallOutboxCap = 16
-	largeOutboxCap = 64
-)
-
-var (
-	smallOutboxes = sync.Pool{New: func() any { return new([smallOutboxCap]outboxItem) }}
-	largeOutboxes = sync.Pool{New: func() any { return new([largeOutboxCap]outboxItem) }}
-)
-
-// roomFor returns q, or a copy of it in a larger slice, with room for one
-// more item.
-func roomFor(q []outboxItem) []outboxItem {
-	if len(q) < cap(q) {
-		return q
-	}
-	var r []outboxItem
-	switch cap(q) {
-	case 0:
-		return smallOutboxes.Get().(*[smallOutboxCap]outboxItem)[:0]
-	case smallOutboxCap:
-		r = largeOutboxes.Get().(*[largeOutboxCap]outboxItem)[:0]
-	default:
-		r = make([]outboxItem, 0, 2*cap(q))
-	}
-	r = append(r, q...)
-	releaseOutbox(q)
-	return r
-}
-
-// releaseOutbox gives q's array back to its pool, if it has one; q must
-// not be used after.
-func releaseOutbox(q []outboxItem) {
-	switch cap(q) {
-	case smallOutboxCap:
-		a := (*[smallOutboxCap]outboxItem)(q[:smallOutboxCap])
-		clear(a[:])
-		smallOutboxes.Put(a)
-	case largeOutboxCap:
-		a := (*[largeOutboxCap]outboxItem)(q[:largeOutboxCap])
-		clear(a[:])
-		largeOutboxes.Put(a)
-	}
-}
-
-// outboxItem is a queued message: a prepared one, or op and p.
-type outboxItem struct {
-	pm   *PreparedMessage
-	p    []byte
-	done func(error)
-	op   Opcode
-}
-
-// WriteAsync queues a message of type op (OpText or OpBinary) in the
-// connection's outbox and returns without waiting for the socket. A
-// short-lived writer goroutine, started when the outbox stops being empty
-// and gone once it is empty again, writes the queued messages in order, all
-// of a batch in one system call, and calls done (if not nil) with each
-// one's result: nil once the message was handed to the kernel, or corked
-// behind the read goroutine's own writes (which it flushes before its next
-// read). p must not change until done is called.
-//
-// The outbox holds Options.OutboxSize messages besides the batch being
-// written; a message queued past that meets Options.OutboxPolicy, by
-// default OutboxReject: WriteAsync returns ErrQueueFull and queues nothing.
-// done is called exactly once if WriteAsync returns nil, and never
-// otherwise: from the writer goroutine, or for a message a policy discards
-// later, from the goroutine whose call discarded it. So done should return
-// quickly, and must not wait for a lock that a goroutine queueing on this
-// connection may hold while it does. Once a close frame has been sent or
-// the connection has ended, WriteAsync returns net.ErrClosed.
-func (c *Conn) WriteAsync(op Opcode, p []byte, done func(error)) error {
-	if op != OpText && op != OpBinary {
-		return errBadOpcode
-	}
-	return c.enqueue(outboxItem{op: op, p: p, done: done})
-}
-
-// WritePreparedAsync queues a prepared message in the connection's outbox,
-// to be written as [Conn.WritePrepared] would, and calls done (if not nil)
-// with its result, exactly as [Conn.WriteAsync] does: a fan-out that never
-// waits for a slow receiver. Any number of connections may queue the same
-// PreparedMessage. A batch that holds only this message sends its frame as
-// it is, without copying it into the write buffer.
-func (c *Conn) WritePreparedAsync(pm *PreparedMessage, done func(error)) error {
-	if pm == nil {
-		return errNilPrepared
-	}
-	return c.enqueue(outboxItem{pm: pm, done: done})
-}
-
-// errNilPrepared is returned by WritePreparedAsync for a nil message, which
-// would otherwise fail on the writer goroutine.
-var errNilPrepared = errors.New("gust: nil PreparedMessage")
-
-// enqueue queues it, applying the policy when the outbox is full, and
-// starts the writer unless it runs.
-func (c *Conn) enqueue(it outboxItem) error {
-	if c.netDone.Load() || c.closing.Load() {
-		return errClosed
-	}
-	o := &c.wr.out
-	var dropped outboxItem
-	o.mu.Lock()
-	if o.state != outboxOpen {
-		o.mu.Unlock()
-		return errClosed
-	}
-	if len(o.queue)-o.head >= c.cfg.OutboxSize {
-		switch c.cfg.OutboxPolicy {
-		case OutboxDropOldest:
-			dropped = o.dropOldestLocked()
-		case OutboxCloseSlow:
-			return c.closeSlowLocked()
-		case OutboxDropNewest:
-			o.mu.Unlock()
-			if it.done != nil {
-				it.done(ErrQueueFull)
-			}
-			return nil
-		default:
-			o.mu.Unlock()
-			return ErrQueueFull
-		}
-	}
-	o.queue = append(roomFor(o.queue), it)
-	start := c.startWriterLocked()
-	o.mu.Unlock()
-	if start {
-		go c.drainOutbox()
-	}
-	if dropped.done != nil {
-		dropped.done(ErrQueueFull)
-	}
-	return nil
-}
-
-// startWriterLocked marks the writer as running and reports whether the
-// caller must start it. The writer is counted in c.inflight, under o.mu
-// while the outbox is open, so that finish (which closes the outbox first)
-// waits for it.
-func (c *Conn) startWriterLocked() bool {
-	o := &c.wr.out
-	if o.busy {
-		return false
-	}
-	o.busy = true
-	c.inflight.Add(1)
-	return true
-}
-
-// dropOldestLocked removes the oldest queued item and returns it. Its slot
-// is emptied and skipped; the live items move to the front once the skipped
-// slots are as many as they are, so that a drop costs O(1), amortised.
-func (o *outbox) dropOldestLocked() outboxItem {
-	it := o.queue[o.head]
-	o.queue[o.head] = outboxItem{}
-	o.head++
-	if o.head >= len(o.queue)-o.head {
-		n := copy(o.queue, o.queue[o.head:])
-		clear(o.queue[n:])
-		o.queue, o.head = o.queue[:n], 0
-	}
-	return it
-}
-
-// closeSlowLocked applies OutboxCloseSlow and unlocks o.mu: the queue goes,
-// the reason is recorded for OnClose, and the writer sends the close frame
-// once the batch it may be writing is out.
-func (c *Conn) closeSlowLocked() error {
-	o := &c.wr.out
-	all := o.queue
-	discarded := all[o.head:]
-	o.queue, o.head = nil, 0
-	o.state = outboxClosing
-	c.errMu.Lock()
-	if c.err == nil {
-		c.err = ErrSlowConsumer
-	}
-	c.errMu.Unlock()
-	start := c.startWriterLocked()
-	o.mu.Unlock()
-	if start {
-		go c.drainOutbox()
-	}
-	for _, it := range discarded {
-		if it.done != nil {
-			it.done(ErrSlowConsumer)
-		}
-	}
-	releaseOutbox(all)
-	return ErrSlowConsumer
-}
-
-// closeOutbox refuses further messages once the connection has ended; a
-// running writer still gives what is queued its error.
-func (c *Conn) closeOutbox() {
-	o := &c.wr.out
-	o.mu.Lock()
-	o.state = outboxClosed
-	o.mu.Unlock()
-}
-
-// drainOutbox is the writer goroutine: it writes the queue a batch at a
-// time and exits when it is empty, or once it has sent the close frame of
-// a connection closed as slow.
-func (c *Conn) drainOutbox() {
-	defer c.inflight.Done()
-	o := &c.wr.out
-	var spare []outboxItem // the last batch's slice, for the queue to reuse
-	o.mu.Lock()
-	for {
-		if o.state == outboxClosing {
-			o.busy = false
-			o.mu.Unlock()
-			releaseOutbox(spare)
-			c.startClose(StatusPolicyViolation, "slow consumer")
-			return
-		}
-		if len(o.queue) == o.head {
-			o.busy = false
-			releaseOutbox(o.queue)
-			o.queue, o.head = nil, 0
-			o.mu.Unlock()
-			releaseOutbox(spare)
-			return
-		}
-		all := o.queue
-		batch := all[o.head:]
-		o.queue, o.head = spare[:0], 0
-		o.mu.Unlock()
-
-		err := c.writeBatch(batch)
-		for i := range batch {
-			if done := batch[i].done; done != nil {
-				done(err)
-			}
-		}
-		clear(all)
-		spare = all
-		o.mu.Lock()
-	}
 }
 
 // writeBatch writes a batch from the outbox under one write lock and
@@ -526,7 +277,7 @@ func (c *Conn) writeItemLocked(it *outboxItem) error {
 	if it.pm != nil {
 		return c.writePreparedLocked(it.pm)
 	}
-	return c.writeDataLocked(it.op, it.p, true)
+	return c.writeMessageLocked(it.op, it.p, true)
 }
 
 // batchLocked runs write with the write lock held and the writes corked,
@@ -543,23 +294,6 @@ func (c *Conn) batchLocked(write func()) error {
 		return nil
 	}
 	return c.flushLocked()
-}
-
-// writeFrame writes one final frame.
-func (c *Conn) writeFrame(op Opcode, p []byte) error {
-	c.wr.mu.Lock()
-	err := c.writeLocked(op, p)
-	c.wr.mu.Unlock()
-	return err
-}
-
-// writeLocked encodes one frame: appended to the cork buffer while corked,
-// else written at once, header and payload in one system call.
-func (c *Conn) writeLocked(op Opcode, p []byte) error {
-	if err := c.writableLocked(); err != nil {
-		return err
-	}
-	return c.writeFrameLocked(op, p)
 }
 
 // writableLocked returns the error a write must return now, if any.
@@ -581,9 +315,33 @@ func (c *Conn) writableLocked() error {
 // frame header.
 const rsv1 Opcode = 0x40
 
-// writeFrameLocked encodes and writes (or corks) one final frame; op may
-// carry rsv1.
+// The private write functions come in three layers, each called with the
+// write lock held:
+//
+//   - messages: writeMessageLocked (a data message, compressed when it
+//     should be) and writePreparedLocked (a prepared message's frame);
+//   - frames: writeFrameLocked (encodes one frame of a payload) and
+//     writeFramedLocked (a frame encoded already), each corked while the
+//     read goroutine dispatches or an outbox batch is written, else sent;
+//   - the socket: flushLocked (the cork buffer), writeLarge (a frame larger
+//     than the write buffer, a piece at a time) and netWrite under them,
+//     the only place a Conn writes to its socket.
+
+// writeControl writes one control frame (a ping or a pong).
+func (c *Conn) writeControl(op Opcode, p []byte) error {
+	c.wr.mu.Lock()
+	err := c.writeFrameLocked(op, p)
+	c.wr.mu.Unlock()
+	return err
+}
+
+// writeFrameLocked encodes one final frame of p (op may carry rsv1) and
+// corks it, or writes it at once: header and payload in one system call,
+// or through writeLarge.
 func (c *Conn) writeFrameLocked(op Opcode, p []byte) error {
+	if err := c.writableLocked(); err != nil {
+		return err
+	}
 	w := &c.wr
 	var key [4]byte
 	if !c.server {
@@ -763,6 +521,42 @@ func (c *Conn) uncork() error {
 	err := c.flushLocked()
 	c.wr.mu.Unlock()
 	return err
+}
+
+// armIdleRelease schedules the release of a held compressor; the caller
+// holds the write lock.
+func (c *Conn) armIdleRelease() {
+	d := c.deflate
+	if d.fw == nil || d.timerArmed {
+		return
+	}
+	d.timerArmed = true
+	if d.idleTimer == nil {
+		d.idleTimer = time.AfterFunc(deflateIdleRelease, c.releaseIdleCompressor)
+	} else {
+		d.idleTimer.Reset(deflateIdleRelease)
+	}
+}
+
+// releaseIdleCompressor runs on a timer: it gives the compressor back when
+// nothing was compressed since the last check, and looks again later
+// otherwise.
+func (c *Conn) releaseIdleCompressor() {
+	c.wr.mu.Lock()
+	defer c.wr.mu.Unlock()
+	d := c.deflate
+	if d.fw == nil || c.wr.closed {
+		d.timerArmed = false
+		return
+	}
+	if d.usedRecently {
+		d.usedRecently = false
+		d.idleTimer.Reset(deflateIdleRelease)
+		return
+	}
+	d.putWriter(d.fw)
+	d.fw = nil
+	d.timerArmed = false
 }
 
 // putHeader encodes a final frame header into b and returns its length.

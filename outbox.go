@@ -1,0 +1,321 @@
+package gust
+
+import (
+	"errors"
+	"strconv"
+	"sync"
+)
+
+// OutboxPolicy is what a connection's outbox does with a message queued
+// ([Conn.WriteAsync], [Conn.WritePreparedAsync]) while it already holds
+// Options.OutboxSize messages: the peer reads more slowly than messages are
+// queued for it.
+type OutboxPolicy uint8
+
+const (
+	// OutboxReject, the default, refuses the new message: the call returns
+	// ErrQueueFull and queues nothing, and the caller decides what to do.
+	OutboxReject OutboxPolicy = iota
+
+	// OutboxDropOldest discards the oldest queued message that is not being
+	// written yet and queues the new one: the peer gets the latest
+	// messages, with gaps. The call returns nil; the discarded message's
+	// done, if any, receives ErrQueueFull.
+	OutboxDropOldest
+
+	// OutboxDropNewest discards the new message: the peer gets what was
+	// queued first, with gaps. The call returns nil, as for a message
+	// queued, and done, if any, receives ErrQueueFull at once: unlike
+	// OutboxReject, the caller hands the message over and learns of the drop
+	// only through done.
+	OutboxDropNewest
+
+	// OutboxCloseSlow discards the queue and closes the connection with 1008
+	// (policy violation): the close frame goes out once the write in
+	// progress, if any, completes, and a write blocked on the peer is cut
+	// by Options.WriteTimeout. The call returns ErrSlowConsumer, the
+	// discarded messages' done functions receive it, and OnClose receives
+	// an error for which errors.Is(err, ErrSlowConsumer) holds. Later calls
+	// return net.ErrClosed.
+	OutboxCloseSlow
+)
+
+func (p OutboxPolicy) String() string {
+	switch p {
+	case OutboxReject:
+		return "OutboxReject"
+	case OutboxDropOldest:
+		return "OutboxDropOldest"
+	case OutboxDropNewest:
+		return "OutboxDropNewest"
+	case OutboxCloseSlow:
+		return "OutboxCloseSlow"
+	}
+	return "OutboxPolicy(" + strconv.Itoa(int(p)) + ")"
+}
+
+// outbox is a connection's queue of asynchronous writes. A writer goroutine
+// runs while it is not empty (drainOutbox); its fields are guarded by mu,
+// which is never held while writing to the socket.
+type outbox struct {
+	mu    sync.Mutex
+	queue []outboxItem // queue[head:] waits to be written, oldest first
+	head  int          // the slots before it were emptied by OutboxDropOldest
+	busy  bool         // a writer goroutine runs
+	state uint8
+}
+
+const (
+	outboxOpen    = iota
+	outboxClosing // closed as slow: the writer sends the close frame
+	outboxClosed  // the connection has ended
+)
+
+// The outbox's slices come from two pools that every connection shares,
+// of arrays of smallOutboxCap and largeOutboxCap items, and go back when
+// the writer exits: an idle connection holds none, and a broadcast does
+// not allocate in steady state. A burst past largeOutboxCap grows a slice
+// of its own, left to the garbage collector when the writer exits.
+const (
+	smallOutboxCap = 16
+	largeOutboxCap = 64
+)
+
+var (
+	smallOutboxes = sync.Pool{New: func() any { return new([smallOutboxCap]outboxItem) }}
+	largeOutboxes = sync.Pool{New: func() any { return new([largeOutboxCap]outboxItem) }}
+)
+
+// roomFor returns q, or a copy of it in a larger slice, with room for one
+// more item.
+func roomFor(q []outboxItem) []outboxItem {
+	if len(q) < cap(q) {
+		return q
+	}
+	var r []outboxItem
+	switch cap(q) {
+	case 0:
+		return smallOutboxes.Get().(*[smallOutboxCap]outboxItem)[:0]
+	case smallOutboxCap:
+		r = largeOutboxes.Get().(*[largeOutboxCap]outboxItem)[:0]
+	default:
+		r = make([]outboxItem, 0, 2*cap(q))
+	}
+	r = append(r, q...)
+	releaseOutbox(q)
+	return r
+}
+
+// releaseOutbox gives q's array back to its pool, if it has one; q must
+// not be used after.
+func releaseOutbox(q []outboxItem) {
+	switch cap(q) {
+	case smallOutboxCap:
+		a := (*[smallOutboxCap]outboxItem)(q[:smallOutboxCap])
+		clear(a[:])
+		smallOutboxes.Put(a)
+	case largeOutboxCap:
+		a := (*[largeOutboxCap]outboxItem)(q[:largeOutboxCap])
+		clear(a[:])
+		largeOutboxes.Put(a)
+	}
+}
+
+// outboxItem is a queued message: a prepared one, or op and p.
+type outboxItem struct {
+	pm   *PreparedMessage
+	p    []byte
+	done func(error)
+	op   Opcode
+}
+
+// WriteAsync queues a message of type op (OpText or OpBinary) in the
+// connection's outbox and returns without waiting for the socket. A
+// short-lived writer goroutine, started when the outbox stops being empty
+// and gone once it is empty again, writes the queued messages in order, all
+// of a batch in one system call, and calls done (if not nil) with each
+// one's result: nil once the message was handed to the kernel, or corked
+// behind the read goroutine's own writes (which it flushes before its next
+// read). p must not change until done is called.
+//
+// The outbox holds Options.OutboxSize messages besides the batch being
+// written; a message queued past that meets Options.OutboxPolicy, by
+// default OutboxReject: WriteAsync returns ErrQueueFull and queues nothing.
+// done is called exactly once if WriteAsync returns nil, and never
+// otherwise: from the writer goroutine, or for a message a policy discards
+// later, from the goroutine whose call discarded it. So done should return
+// quickly, and must not wait for a lock that a goroutine queueing on this
+// connection may hold while it does. Once a close frame has been sent or
+// the connection has ended, WriteAsync returns net.ErrClosed.
+func (c *Conn) WriteAsync(op Opcode, p []byte, done func(error)) error {
+	if op != OpText && op != OpBinary {
+		return errBadOpcode
+	}
+	return c.enqueue(outboxItem{op: op, p: p, done: done})
+}
+
+// WritePreparedAsync queues a prepared message in the connection's outbox,
+// to be written as [Conn.WritePrepared] would, and calls done (if not nil)
+// with its result, exactly as [Conn.WriteAsync] does: a fan-out that never
+// waits for a slow receiver. Any number of connections may queue the same
+// PreparedMessage. A batch that holds only this message sends its frame as
+// it is, without copying it into the write buffer.
+func (c *Conn) WritePreparedAsync(pm *PreparedMessage, done func(error)) error {
+	if pm == nil {
+		return errNilPrepared
+	}
+	return c.enqueue(outboxItem{pm: pm, done: done})
+}
+
+// errNilPrepared is returned by WritePreparedAsync for a nil message, which
+// would otherwise fail on the writer goroutine.
+var errNilPrepared = errors.New("gust: nil PreparedMessage")
+
+// enqueue queues it, applying the policy when the outbox is full, and
+// starts the writer unless it runs.
+func (c *Conn) enqueue(it outboxItem) error {
+	if c.netDone.Load() || c.closing.Load() {
+		return errClosed
+	}
+	o := &c.wr.out
+	var dropped outboxItem
+	o.mu.Lock()
+	if o.state != outboxOpen {
+		o.mu.Unlock()
+		return errClosed
+	}
+	if len(o.queue)-o.head >= c.cfg.OutboxSize {
+		switch c.cfg.OutboxPolicy {
+		case OutboxDropOldest:
+			dropped = o.dropOldestLocked()
+		case OutboxCloseSlow:
+			return c.closeSlowLocked()
+		case OutboxDropNewest:
+			o.mu.Unlock()
+			if it.done != nil {
+				it.done(ErrQueueFull)
+			}
+			return nil
+		default:
+			o.mu.Unlock()
+			return ErrQueueFull
+		}
+	}
+	o.queue = append(roomFor(o.queue), it)
+	start := c.startWriterLocked()
+	o.mu.Unlock()
+	if start {
+		go c.drainOutbox()
+	}
+	if dropped.done != nil {
+		dropped.done(ErrQueueFull)
+	}
+	return nil
+}
+
+// startWriterLocked marks the writer as running and reports whether the
+// caller must start it. The writer is counted in c.inflight, under o.mu
+// while the outbox is open, so that finish (which closes the outbox first)
+// waits for it.
+func (c *Conn) startWriterLocked() bool {
+	o := &c.wr.out
+	if o.busy {
+		return false
+	}
+	o.busy = true
+	c.inflight.Add(1)
+	return true
+}
+
+// dropOldestLocked removes the oldest queued item and returns it. Its slot
+// is emptied and skipped; the live items move to the front once the skipped
+// slots are as many as they are, so that a drop costs O(1), amortised.
+func (o *outbox) dropOldestLocked() outboxItem {
+	it := o.queue[o.head]
+	o.queue[o.head] = outboxItem{}
+	o.head++
+	if o.head >= len(o.queue)-o.head {
+		n := copy(o.queue, o.queue[o.head:])
+		clear(o.queue[n:])
+		o.queue, o.head = o.queue[:n], 0
+	}
+	return it
+}
+
+// closeSlowLocked applies OutboxCloseSlow and unlocks o.mu: the queue goes,
+// the reason is recorded for OnClose, and the writer sends the close frame
+// once the batch it may be writing is out.
+func (c *Conn) closeSlowLocked() error {
+	o := &c.wr.out
+	all := o.queue
+	discarded := all[o.head:]
+	o.queue, o.head = nil, 0
+	o.state = outboxClosing
+	c.errMu.Lock()
+	if c.err == nil {
+		c.err = ErrSlowConsumer
+	}
+	c.errMu.Unlock()
+	start := c.startWriterLocked()
+	o.mu.Unlock()
+	if start {
+		go c.drainOutbox()
+	}
+	for _, it := range discarded {
+		if it.done != nil {
+			it.done(ErrSlowConsumer)
+		}
+	}
+	releaseOutbox(all)
+	return ErrSlowConsumer
+}
+
+// closeOutbox refuses further messages once the connection has ended; a
+// running writer still gives what is queued its error.
+func (c *Conn) closeOutbox() {
+	o := &c.wr.out
+	o.mu.Lock()
+	o.state = outboxClosed
+	o.mu.Unlock()
+}
+
+// drainOutbox is the writer goroutine: it writes the queue a batch at a
+// time and exits when it is empty, or once it has sent the close frame of
+// a connection closed as slow.
+func (c *Conn) drainOutbox() {
+	defer c.inflight.Done()
+	o := &c.wr.out
+	var spare []outboxItem // the last batch's slice, for the queue to reuse
+	o.mu.Lock()
+	for {
+		if o.state == outboxClosing {
+			o.busy = false
+			o.mu.Unlock()
+			releaseOutbox(spare)
+			c.startClose(StatusPolicyViolation, "slow consumer")
+			return
+		}
+		if len(o.queue) == o.head {
+			o.busy = false
+			releaseOutbox(o.queue)
+			o.queue, o.head = nil, 0
+			o.mu.Unlock()
+			releaseOutbox(spare)
+			return
+		}
+		all := o.queue
+		batch := all[o.head:]
+		o.queue, o.head = spare[:0], 0
+		o.mu.Unlock()
+
+		err := c.writeBatch(batch)
+		for i := range batch {
+			if done := batch[i].done; done != nil {
+				done(err)
+			}
+		}
+		clear(all)
+		spare = all
+		o.mu.Lock()
+	}
+}
