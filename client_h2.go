@@ -171,10 +171,6 @@ func (s *h2ClientConn) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// delivered tells failAndLinger that the stream delivers what was written
-// before it ends: a failed connection need not linger.
-func (s *h2ClientConn) delivered() {}
-
 // writeExpired is the write deadline's timer.
 func (s *h2ClientConn) writeExpired() {
 	if s.writing.Load() {
