@@ -109,6 +109,20 @@ func benchmarkWrite(b *testing.B, server bool) {
 	}
 }
 
+// BenchmarkWriteJSON writes a small struct as JSON: what it allocates is
+// encoding/json's own cost, since the buffer and the Encoder are pooled.
+func BenchmarkWriteJSON(b *testing.B) {
+	sc := newStreamConn(nil, 0)
+	c := newConn(sc, newConfig(Options{}, true), discardHandler{}, true, nil, "")
+	v := &jsonPoint{Name: "point", X: 3, Y: 4, Tags: []string{"a", "b"}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := c.WriteJSON(v); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 type echoBench struct{ BuiltinEventHandler }
 
 func (echoBench) OnMessage(c *Conn, m *Message) {

@@ -17,7 +17,8 @@ import (
 //
 // Concurrency: ReadLoop must be called once, and it calls the Event methods
 // from its own goroutine. Every Write method, the deadline setters and
-// Close, CloseNow, Get and Set are safe to call from any goroutine at any time; writes are
+// Close, CloseNow, Get and Set are safe to call from any goroutine at any
+// time, and so is Ping, except from that goroutine (see Ping); writes are
 // serialised inside the Conn. Writes made while the read goroutine is
 // dispatching the bytes of one read (from the callbacks, or from other
 // goroutines meanwhile) are corked and reach the network together before the
@@ -42,6 +43,8 @@ type Conn struct {
 	netDone atomic.Bool // the net.Conn has been closed
 	errMu   sync.Mutex
 	err     error // the first error that ended the connection outside the read loop
+
+	pings pingWaiters // Pings waiting for their pongs
 
 	parallel chan struct{}  // semaphore for parallel OnMessage calls
 	inflight sync.WaitGroup // parallel OnMessage calls and the outbox writer
@@ -149,6 +152,7 @@ func (c *Conn) failAndLinger(code StatusCode, reason string) {
 // back, waits for parallel handlers and the outbox writer, and calls OnClose.
 func (c *Conn) finish(err error) {
 	c.closeNet()
+	c.pings.end()
 	c.wr.mu.Lock()
 	c.wr.closed = true
 	c.releaseWriteBuffer()

@@ -82,7 +82,11 @@
 // Every write method is safe from any goroutine; writes are serialised
 // inside the Conn, so there is no need for a lock of your own.
 // [Conn.WriteMessage] sends one message of type [OpText] or [OpBinary], and
-// p may be reused when it returns; [Conn.WriteString] sends text.
+// p may be reused when it returns; [Conn.WriteString] sends text, and
+// [Conn.WriteJSON] a value encoded by encoding/json ([Message.DecodeJSON]
+// decodes one). [Conn.Ping] sends a ping and returns when its pong arrives,
+// with the round-trip time; call it from another goroutine than the read
+// goroutine's, which reads the pong.
 //
 // Writes made while the read goroutine dispatches the frames of one read
 // (from OnMessage, OnPing and OnPong, or from other goroutines meanwhile) are

@@ -408,3 +408,66 @@ func ExampleConn_Set() {
 	<-in.closed
 	// Output: ana said hello
 }
+
+// order is a request a client sends as JSON.
+type order struct {
+	Item  string `json:"item"`
+	Count int    `json:"count"`
+}
+
+// shop answers each order, decoded with DecodeJSON, with a JSON receipt.
+type shop struct{ gust.BuiltinEventHandler }
+
+func (shop) OnMessage(c *gust.Conn, m *gust.Message) {
+	defer m.Close()
+	var o order
+	if err := m.DecodeJSON(&o); err != nil {
+		c.Close(gust.StatusUnsupportedData, "bad JSON")
+		return
+	}
+	c.WriteJSON(map[string]any{"ok": true, "total": o.Count * 3})
+}
+
+func ExampleConn_WriteJSON() {
+	srv := &gust.Server{Upgrader: gust.Upgrader{Handler: shop{}}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Close()
+
+	in := newInbox()
+	client := dial("ws://"+ln.Addr().String(), in)
+	if err := client.WriteJSON(order{Item: "tea", Count: 2}); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(<-in.messages)
+	// A value encoding/json cannot encode is refused, and nothing is sent.
+	fmt.Println(client.WriteJSON(make(chan int)))
+	// Output:
+	// {"ok":true,"total":6}
+	// json: unsupported type: chan int
+}
+
+func ExampleConn_Ping() {
+	srv := &gust.Server{Upgrader: gust.Upgrader{Handler: echo{}}} // echo's OnPing answers
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Close()
+
+	client := dial("ws://"+ln.Addr().String(), newInbox())
+	// Ping waits for the pong, which the read goroutine reads: call it from
+	// another goroutine than the callbacks, with a deadline.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rtt, err := client.Ping(ctx)
+	fmt.Println("err:", err)
+	fmt.Println("rtt > 0:", rtt > 0)
+	// Output:
+	// err: <nil>
+	// rtt > 0: true
+}

@@ -8,7 +8,6 @@ package gust_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"log"
 	"net"
@@ -104,15 +103,12 @@ func migrateHeldConn(handler gust.Event, held net.Conn) (*gust.Conn, error) {
 	return c, err
 }
 
-func migrateWriteJSON(c *gust.Conn, v any) error {
-	b, err := json.Marshal(v) // gorilla: conn.WriteJSON(v)
-	if err != nil {
-		return err
-	}
-	return c.WriteMessage(gust.OpText, b)
+type request struct {
+	Method string `json:"method"`
 }
 
-type request struct {
+type reply struct {
+	OK     bool   `json:"ok"`
 	Method string `json:"method"`
 }
 
@@ -121,11 +117,11 @@ type api struct{ gust.BuiltinEventHandler }
 func (api) OnMessage(c *gust.Conn, m *gust.Message) {
 	defer m.Close()
 	var req request // gorilla: conn.ReadJSON(&req)
-	if err := json.Unmarshal(m.Data, &req); err != nil {
+	if err := m.DecodeJSON(&req); err != nil {
 		c.Close(gust.StatusUnsupportedData, "bad JSON")
 		return
 	}
-	c.WriteString("ok: " + req.Method)
+	c.WriteJSON(reply{OK: true, Method: req.Method}) // gorilla: conn.WriteJSON(v)
 }
 
 func (api) OnClose(c *gust.Conn, err error) {

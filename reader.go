@@ -218,6 +218,7 @@ func (c *Conn) readControl(op Opcode, n int, key [4]byte) error {
 	case opPing:
 		c.handler.OnPing(c, p)
 	case opPong:
+		c.pings.pong(p)
 		c.handler.OnPong(c, p)
 	case opClose:
 		return c.readClose(p)

@@ -1,0 +1,130 @@
+package gust
+
+import (
+	"context"
+	"encoding/binary"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// pingPayloadSize is the size of the payload of a ping sent by Ping: a
+// counter that tells its pong from the others.
+const pingPayloadSize = 8
+
+// pingWaiters holds the Pings waiting for their pongs. Its map is made on
+// the first Ping, so a connection that never calls Ping pays for the struct
+// only (32 bytes), never for an allocation.
+type pingWaiters struct {
+	mu    sync.Mutex
+	next  uint64                      // the payload of the next ping
+	wait  map[uint64]chan<- time.Time // by payload; each channel has room for one value
+	ended bool                        // the connection has ended: no more waiters
+}
+
+// Ping sends a ping and waits for the pong that answers it, then returns
+// the round-trip time: from just before the ping was written to when the
+// read goroutine read the pong. Its payload is an 8-byte counter, so
+// several Pings may be outstanding at once, from any goroutines, each
+// matched to its own pong; a pong that matches no Ping is ignored here.
+// Every pong, matched or not, still reaches OnPong.
+//
+// Ping returns ctx's error when ctx ends first, and net.ErrClosed when the
+// connection ends (ReadLoop wakes every waiting Ping before it calls
+// OnClose) or has ended; the cause of the end reaches OnClose. A peer that
+// never answers pings leaves Ping waiting until ctx ends: give it a
+// deadline.
+//
+// The pong is read by the goroutine that runs ReadLoop. A Ping called from
+// that goroutine — from OnOpen, OnPing, OnPong, or OnMessage unless
+// Options.Parallel is set — can never see its pong, since the goroutine
+// that would read it is the one waiting: it returns only when ctx ends.
+// Call Ping from another goroutine. A ping written while the read goroutine
+// dispatches is corked like any write, and its wait is part of the
+// round-trip time.
+//
+// Cost: the first Ping on a connection allocates the map of waiters; each
+// Ping allocates a channel and its map entry.
+func (c *Conn) Ping(ctx context.Context) (time.Duration, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if c.conn == nil {
+		return 0, errClosed
+	}
+	ch := make(chan time.Time, 1)
+	id, ok := c.pings.add(ch)
+	if !ok {
+		return 0, errClosed
+	}
+	var p [pingPayloadSize]byte
+	binary.BigEndian.PutUint64(p[:], id)
+	start := time.Now()
+	if err := c.writeControl(opPing, p[:]); err != nil {
+		c.pings.remove(id)
+		return 0, err
+	}
+	select {
+	case at, ok := <-ch:
+		if !ok {
+			return 0, errClosed
+		}
+		return at.Sub(start), nil
+	case <-ctx.Done():
+		c.pings.remove(id)
+		return 0, ctx.Err()
+	}
+}
+
+// add registers ch and returns the payload of its ping; ok is false once
+// the connection has ended.
+func (pw *pingWaiters) add(ch chan<- time.Time) (id uint64, ok bool) {
+	pw.mu.Lock()
+	defer pw.mu.Unlock()
+	if pw.ended {
+		return 0, false
+	}
+	if pw.wait == nil {
+		pw.wait = make(map[uint64]chan<- time.Time)
+		// Start anywhere, so that a peer's unsolicited pongs are unlikely
+		// to carry a payload a Ping waits for.
+		pw.next = rand.Uint64()
+	}
+	id = pw.next
+	pw.next++
+	pw.wait[id] = ch
+	return id, true
+}
+
+func (pw *pingWaiters) remove(id uint64) {
+	pw.mu.Lock()
+	delete(pw.wait, id)
+	pw.mu.Unlock()
+}
+
+// pong hands the time a pong with payload p arrived to the Ping waiting
+// for it, if any; the read goroutine calls it for every pong.
+func (pw *pingWaiters) pong(p []byte) {
+	if len(p) != pingPayloadSize {
+		return
+	}
+	id := binary.BigEndian.Uint64(p)
+	pw.mu.Lock()
+	if ch, ok := pw.wait[id]; ok {
+		delete(pw.wait, id)
+		ch <- time.Now() // never blocks: room for one, and one send per channel
+	}
+	pw.mu.Unlock()
+}
+
+// end wakes every waiting Ping with a closed channel, and makes later Pings
+// fail at once; the connection calls it when it ends.
+func (pw *pingWaiters) end() {
+	pw.mu.Lock()
+	pw.ended = true
+	for _, ch := range pw.wait {
+		close(ch)
+	}
+	pw.wait = nil
+	pw.mu.Unlock()
+}

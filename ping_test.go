@@ -1,0 +1,142 @@
+package gust
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestPingRTT pings both ways between gust's client and server: each Ping
+// gets its pong and a small positive round-trip time, and the pinging
+// side's OnPong still sees the pong.
+func TestPingRTT(t *testing.T) {
+	t.Parallel()
+	srv := newRecorder()
+	pongs := make(chan []byte, 1)
+	srv.pong = func(_ *Conn, p []byte) { pongs <- append([]byte(nil), p...) }
+	addr := startServer(t, srv, nil)
+	client, _, _ := dialTest(t, "ws://"+addr+"/", nil)
+	sc := srv.waitOpen(t)
+
+	for _, c := range []*Conn{client, sc} {
+		rtt, err := c.Ping(testContext(t))
+		require.NoError(t, err)
+		require.Positive(t, rtt)
+		require.Less(t, rtt, 5*time.Second)
+	}
+	require.Len(t, <-pongs, pingPayloadSize, "OnPong sees the pong a Ping waited for")
+}
+
+func TestPingConcurrent(t *testing.T) {
+	t.Parallel()
+	addr := startServer(t, newRecorder(), nil)
+	c, _, _ := dialTest(t, "ws://"+addr+"/", nil)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := c.Ping(testContext(t))
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	c.pings.mu.Lock()
+	defer c.pings.mu.Unlock()
+	require.Empty(t, c.pings.wait, "every waiter is gone")
+}
+
+// TestPingDeadline pings a raw peer that reads the ping but never answers:
+// Ping returns at ctx's deadline. The late pong then matches nothing, is
+// ignored by Ping's mechanism and still reaches OnPong.
+func TestPingDeadline(t *testing.T) {
+	t.Parallel()
+	srv := newRecorder()
+	pongs := make(chan string, 1)
+	srv.pong = func(_ *Conn, p []byte) { pongs <- string(p) }
+	addr := startServer(t, srv, nil)
+	rc := dialRaw(t, addr, nil)
+	c := srv.waitOpen(t)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err := c.Ping(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	b0, p, err := rc.readFrame()
+	require.NoError(t, err)
+	require.Equal(t, byte(0x89), b0)
+	require.Len(t, p, pingPayloadSize)
+
+	rc.send(frame(0x8A, p))
+	require.Equal(t, string(p), <-pongs)
+	c.pings.mu.Lock()
+	require.Empty(t, c.pings.wait)
+	c.pings.mu.Unlock()
+
+	_, err = c.Ping(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "an ended ctx returns at once")
+}
+
+// TestPingConnectionEnds ends the connection while a Ping waits: it returns
+// net.ErrClosed, and so does every later Ping.
+func TestPingConnectionEnds(t *testing.T) {
+	t.Parallel()
+	srv := newRecorder()
+	addr := startServer(t, srv, nil)
+	rc := dialRaw(t, addr, nil)
+	c := srv.waitOpen(t)
+
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Ping(testContext(t))
+		errc <- err
+	}()
+	b0, _, err := rc.readFrame()
+	require.NoError(t, err)
+	require.Equal(t, byte(0x89), b0)
+	rc.nc.Close()
+	select {
+	case err := <-errc:
+		require.ErrorIs(t, err, net.ErrClosed)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Ping still waits after the connection ended")
+	}
+	srv.waitClose(t)
+	_, err = c.Ping(testContext(t))
+	require.ErrorIs(t, err, net.ErrClosed)
+	_, err = new(Conn).Ping(testContext(t))
+	require.ErrorIs(t, err, net.ErrClosed, "a zero Conn")
+}
+
+// TestPingFromReadGoroutine checks the documented limit: a Ping from a
+// callback cannot see its pong, so it returns when ctx ends, and the
+// connection carries on.
+func TestPingFromReadGoroutine(t *testing.T) {
+	t.Parallel()
+	srv := newRecorder()
+	results := make(chan error, 1)
+	srv.message = func(c *Conn, m *Message) {
+		m.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		_, err := c.Ping(ctx)
+		results <- err
+	}
+	addr := startServer(t, srv, nil)
+	client, _, _ := dialTest(t, "ws://"+addr+"/", nil)
+	require.NoError(t, client.WriteString("ping from OnMessage"))
+	require.True(t, errors.Is(<-results, context.DeadlineExceeded))
+	rtt, err := srv.waitOpen(t).Ping(testContext(t))
+	require.NoError(t, err)
+	require.Positive(t, rtt)
+}
