@@ -210,7 +210,8 @@ func CloseStatus(err error) StatusCode {
 // Errors gust returns. Writes on a closed connection return net.ErrClosed.
 var (
 	// ErrServerClosed is returned by Server.Serve after Shutdown or Close,
-	// and passed to OnClose for connections Shutdown had to cut.
+	// wrapped by Upgrade after an Upgrader's, and passed to OnClose for
+	// the connections Close or Shutdown cut.
 	ErrServerClosed = errors.New("gust: server closed")
 
 	// ErrQueueFull is returned by WriteAsync and WritePreparedAsync when the

@@ -49,7 +49,7 @@ type Conn struct {
 	parallel chan struct{}  // semaphore for parallel OnMessage calls
 	inflight sync.WaitGroup // parallel OnMessage calls and the outbox writer
 
-	onClose func(*Conn) // lets a Server forget the connection
+	tracker *tracker // the Upgrader's (or Server's) that made it; nil on a client
 }
 
 func newConn(nc net.Conn, cfg *config, h Event, server bool, buffered []byte, subprotocol string) *Conn {
@@ -174,8 +174,8 @@ func (c *Conn) finish(err error) {
 		}
 	}
 	c.errMu.Unlock()
-	if c.onClose != nil {
-		c.onClose(c)
+	if c.tracker != nil {
+		defer c.tracker.forget(c) // after OnClose: Shutdown waits for it
 	}
 	c.callOnClose(err)
 }

@@ -28,7 +28,10 @@
 //
 // The net/http server still owns the request head: set its ReadHeaderTimeout
 // and MaxHeaderBytes, since gust sees the request only once net/http has read
-// it, and net/http's Shutdown does not cover hijacked connections.
+// it. net/http's Shutdown does not cover hijacked connections:
+// [Upgrader.Shutdown] does, for the connections the Upgrader made (1001 to
+// each, then it waits for them, up to its context; call it after the
+// http.Server's), and [Upgrader.Close] cuts them at once.
 //
 // A [Server] accepts WebSocket connections on any net.Listener with its own
 // accept loop and HTTP/1.1 handshake parser, without net/http: every request
@@ -168,8 +171,8 @@
 //   - [*PanicError] when a callback panicked: gust recovered, logged the
 //     stack to Options.ErrorLog and closed with 1011 (unless
 //     Options.DisableRecovery is set).
-//   - [ErrServerClosed] when a Server cut the connection (Server.Close, or a
-//     Shutdown whose context ended first).
+//   - [ErrServerClosed] when a Server or an Upgrader cut the connection
+//     (Close, or a Shutdown whose context ended first).
 //   - An error wrapping [os.ErrDeadlineExceeded] after WriteTimeout or a
 //     deadline, one wrapping [net.ErrClosed] after CloseNow, or the I/O error.
 //

@@ -17,8 +17,9 @@ type Event interface {
 	// reason, and who started); a *ProtocolError when gust failed the
 	// connection because the peer broke the protocol or a limit (the code
 	// gust sent); a *PanicError when a callback panicked (gust closed with
-	// 1011); ErrServerClosed when a Server cut it; an error wrapping
-	// os.ErrDeadlineExceeded when a write made no progress for
+	// 1011); ErrServerClosed when a Server or an Upgrader cut it (one cut
+	// before its ReadLoop started gets OnClose without OnOpen); an error
+	// wrapping os.ErrDeadlineExceeded when a write made no progress for
 	// Options.WriteTimeout, or net.ErrClosed after CloseNow; the I/O error
 	// otherwise (EOF, a reset, a read deadline).
 	OnClose(c *Conn, err error)

@@ -110,6 +110,45 @@ func ExampleServer() {
 	// Serve: gust: server closed
 }
 
+func ExampleUpgrader_Shutdown() {
+	u := &gust.Upgrader{Handler: echo{}}
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			c, err := u.Upgrade(w, r)
+			if err != nil {
+				return // Upgrade has answered: 503 once Shutdown has started
+			}
+			c.ReadLoop()
+		}),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // or srv.ListenAndServe()
+	if err != nil {
+		log.Fatal(err)
+	}
+	go srv.Serve(ln)
+
+	in := newInbox()
+	client := dial("ws://"+ln.Addr().String(), in)
+	client.WriteString("hello")
+	fmt.Println(<-in.messages)
+
+	// On SIGTERM: the http.Server's Shutdown stops accepting and ends idle
+	// HTTP connections, but not the hijacked WebSockets; the Upgrader's
+	// sends each of them 1001 (going away) and waits until they have ended,
+	// or until ctx is done.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	fmt.Println("http.Server:", srv.Shutdown(ctx))
+	fmt.Println("Upgrader:", u.Shutdown(ctx))
+	fmt.Println("client closed:", gust.CloseStatus(<-in.closed))
+	// Output:
+	// hello
+	// http.Server: <nil>
+	// Upgrader: <nil>
+	// client closed: GoingAway
+}
+
 // greeter greets each new connection without waiting for the write: OnOpen
 // returns at once, and the read loop starts, even if the peer is slow to read.
 type greeter struct {

@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/gustws/gust/internal/bufpool"
@@ -44,12 +43,11 @@ type Server struct {
 	serverOnce sync.Once
 	serverCfg  *config
 
-	closing   atomic.Bool
+	// The connections themselves, handshake included, are in the
+	// Upgrader's tracker (track), with those Upgrade made.
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
-	conns     map[*Conn]struct{}
 	pending   map[net.Conn]struct{} // accepted, handshake not done
-	wg        sync.WaitGroup        // one per accepted connection, handshake included
 }
 
 // config returns the Server's settings with the defaults filled in, made
@@ -61,16 +59,15 @@ func (s *Server) config() *config {
 
 // initLocked makes the Server's maps; the caller holds mu.
 func (s *Server) initLocked() {
-	if s.conns == nil {
+	if s.listeners == nil {
 		s.listeners = make(map[net.Listener]struct{})
-		s.conns = make(map[*Conn]struct{})
 		s.pending = make(map[net.Conn]struct{})
 	}
 }
 
 // ListenAndServe listens on the TCP address addr and calls Serve.
 func (s *Server) ListenAndServe(addr string) error {
-	if s.closing.Load() {
+	if s.track.closing.Load() {
 		return ErrServerClosed
 	}
 	ln, err := net.Listen("tcp", addr)
@@ -84,7 +81,7 @@ func (s *Server) ListenAndServe(addr string) error {
 // Options.TLSConfig (if set) and the certificate and key files (if not
 // empty).
 func (s *Server) ListenAndServeTLS(addr, certFile, keyFile string) error {
-	if s.closing.Load() {
+	if s.track.closing.Load() {
 		return ErrServerClosed
 	}
 	cfg := &tls.Config{}
@@ -112,7 +109,7 @@ func (s *Server) ListenAndServeTLS(addr, certFile, keyFile string) error {
 func (s *Server) Serve(ln net.Listener) error {
 	cfg := s.config()
 	s.mu.Lock()
-	if s.closing.Load() {
+	if s.track.closing.Load() {
 		s.mu.Unlock()
 		ln.Close()
 		return ErrServerClosed
@@ -131,7 +128,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
-			if s.closing.Load() {
+			if s.track.closing.Load() {
 				return ErrServerClosed
 			}
 			var ne net.Error
@@ -144,14 +141,10 @@ func (s *Server) Serve(ln net.Listener) error {
 			return err
 		}
 		pause = 0
-		s.mu.Lock()
-		if s.closing.Load() { // Shutdown or Close came between Accept and here
-			s.mu.Unlock()
+		if !s.track.begin() { // Shutdown or Close came between Accept and here
 			nc.Close()
 			return ErrServerClosed
 		}
-		s.wg.Add(1) // under mu, so that it cannot race the Wait in Shutdown or Close
-		s.mu.Unlock()
 		go s.serveConn(nc)
 	}
 }
@@ -161,13 +154,14 @@ func isTemporary(err error) bool {
 	return errors.As(err, &t) && t.Temporary()
 }
 
-// serveConn reads and answers the handshake, then runs the read loop.
+// serveConn reads and answers the handshake, then runs the read loop. Serve
+// has reserved the connection's place in the tracker.
 func (s *Server) serveConn(nc net.Conn) {
-	defer s.wg.Done()
 	s.mu.Lock()
-	if s.closing.Load() {
+	if s.track.closing.Load() {
 		s.mu.Unlock()
 		nc.Close()
+		s.track.end()
 		return
 	}
 	s.pending[nc] = struct{}{}
@@ -177,26 +171,15 @@ func (s *Server) serveConn(nc net.Conn) {
 
 	s.mu.Lock()
 	delete(s.pending, nc)
-	closing := s.closing.Load()
-	if c != nil && !closing {
-		s.conns[c] = struct{}{}
-	}
 	s.mu.Unlock()
 	if c == nil {
 		nc.Close()
+		s.track.end()
 		return
 	}
-	if closing {
-		c.startClose(StatusGoingAway, "server shutting down")
+	if s.track.add(c) { // sends 1001 first if a shutdown has started
+		c.ReadLoop()
 	}
-	c.onClose = s.forget
-	c.ReadLoop()
-}
-
-func (s *Server) forget(c *Conn) {
-	s.mu.Lock()
-	delete(s.conns, c)
-	s.mu.Unlock()
 }
 
 // handshake reads the request head, checks it, and answers with 101 or an
@@ -324,69 +307,34 @@ func newHTTPRequest(req *handshake.Request, nc net.Conn) (*http.Request, *Handsh
 // every connection, and waits until every connection has ended (their
 // OnClose returned) or ctx is done. When ctx ends first, it closes the
 // connections that remain, waits for their OnClose, and returns ctx.Err().
-// It returns by ctx's deadline whatever the peers do: each close frame is
-// written on a goroutine of its own, so that a peer that does not read
-// delays nobody else's, and cutting a connection ends a write blocked on it.
-// net/http's own Shutdown does not cover hijacked connections; this one
-// covers every connection the Server accepted.
+// It returns by ctx's deadline whatever the peers do, as
+// [Upgrader.Shutdown], which it extends: it covers every connection the
+// Server accepted, and those its promoted Upgrade made.
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.closing.Store(true)
-	s.mu.Lock()
-	s.closeListenersLocked()
-	conns := make([]*Conn, 0, len(s.conns))
-	for c := range s.conns {
-		conns = append(conns, c)
-	}
-	s.mu.Unlock()
-	var closers sync.WaitGroup
-	for _, c := range conns {
-		closers.Go(func() { c.startClose(StatusGoingAway, "server shutting down") })
-	}
-	done := make(chan struct{})
-	go func() {
-		s.wg.Wait()
-		close(done)
-	}()
-	var err error
-	select {
-	case <-done:
-	case <-ctx.Done():
-		s.closeAll()
-		<-done
-		err = ctx.Err()
-	}
-	closers.Wait() // each connection has ended: a close frame still waiting fails at once
-	return err
+	s.stopAccepting()
+	return s.track.shutdown(ctx)
 }
 
 // Close stops accepting and closes every connection at once, without a
 // close handshake; OnClose receives ErrServerClosed. It waits for the
 // connections' OnClose calls.
 func (s *Server) Close() error {
-	s.closing.Store(true)
-	s.mu.Lock()
-	s.closeListenersLocked()
-	s.mu.Unlock()
-	s.closeAll()
-	s.wg.Wait()
+	s.stopAccepting()
+	s.track.close()
 	return nil
 }
 
-// closeListenersLocked stops accepting and drops the handshakes in
-// progress: a Server that is shutting down takes no new connections.
-func (s *Server) closeListenersLocked() {
+// stopAccepting closes the listeners and drops the handshakes in progress:
+// a Server that is shutting down takes no new connections. Setting closing
+// first makes Serve and serveConn, which check it under mu, add none.
+func (s *Server) stopAccepting() {
+	s.track.closing.Store(true)
+	s.mu.Lock()
 	for ln := range s.listeners {
 		ln.Close()
 	}
 	for nc := range s.pending {
 		nc.Close()
-	}
-}
-
-func (s *Server) closeAll() {
-	s.mu.Lock()
-	for c := range s.conns {
-		c.abort(ErrServerClosed)
 	}
 	s.mu.Unlock()
 }

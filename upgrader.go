@@ -48,8 +48,9 @@ type Upgrader struct {
 	// after connecting. Default 10s.
 	HandshakeTimeout time.Duration
 
-	once sync.Once
-	cfg  *config
+	once  sync.Once
+	cfg   *config
+	track tracker // the connections Upgrade made, for Shutdown and Close
 }
 
 // config returns the Upgrader's settings with the defaults filled in,
@@ -96,7 +97,31 @@ func (u *Upgrader) handler() Event {
 // Conn ends, since returning ends the stream: run ReadLoop in the handler.
 // Go's HTTP/2 server offers extended CONNECT only when the process starts
 // with GODEBUG=http2xconnect=1 (see examples/h2).
+//
+// The Upgrader keeps the connections it made until they end, for Shutdown
+// and Close. Once either has started, Upgrade answers 503 Service
+// Unavailable and returns a *HandshakeError wrapping ErrServerClosed.
 func (u *Upgrader) Upgrade(w http.ResponseWriter, r *http.Request) (*Conn, error) {
+	if !u.track.begin() {
+		w.Header().Set("Connection", "close")
+		http.Error(w, goingAwayReason, http.StatusServiceUnavailable)
+		herr := refusal(http.StatusServiceUnavailable, goingAwayReason)
+		herr.Err = ErrServerClosed
+		return nil, herr
+	}
+	c, err := u.upgrade(w, r)
+	if err != nil {
+		u.track.end()
+		return nil, err
+	}
+	if !u.track.add(c) {
+		return nil, fmt.Errorf("gust: upgrade: %w", ErrServerClosed)
+	}
+	return c, nil
+}
+
+// upgrade is Upgrade without the tracking.
+func (u *Upgrader) upgrade(w http.ResponseWriter, r *http.Request) (*Conn, error) {
 	cfg := u.config()
 	hs, herr := cfg.checkRequest(r)
 	if herr != nil {

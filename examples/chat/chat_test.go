@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -45,10 +44,7 @@ func TestChatInChromium(t *testing.T) {
 	srv := &http.Server{Handler: ch.handler()}
 	go srv.Serve(ln)
 	defer func() {
-		ch.closeAll(gust.StatusNormalClosure, "test over")
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
+		require.NoError(t, ch.shutdown(srv, 5*time.Second))
 	}()
 	base := "http://" + ln.Addr().String() + "/"
 
@@ -375,4 +371,20 @@ func (s *session) screenshot(t *testing.T) []byte {
 func (s *session) quit(t *testing.T) {
 	t.Helper()
 	s.do(t, http.MethodDelete, "", nil, nil)
+}
+
+// closeAll closes every connection with code and reason, for the test of
+// the page's reconnect: the pages reconnect by themselves.
+func (ch *chat) closeAll(code gust.StatusCode, reason string) {
+	ch.mu.Lock()
+	var conns []*gust.Conn
+	for _, members := range ch.rooms {
+		for c := range members {
+			conns = append(conns, c)
+		}
+	}
+	ch.mu.Unlock()
+	for _, c := range conns {
+		c.Close(code, reason)
+	}
 }

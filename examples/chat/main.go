@@ -207,22 +207,6 @@ func (ch *chat) send(c *gust.Conn, e event) {
 	}
 }
 
-// closeAll closes every connection with code and reason: the pages
-// reconnect by themselves.
-func (ch *chat) closeAll(code gust.StatusCode, reason string) {
-	ch.mu.Lock()
-	var conns []*gust.Conn
-	for _, members := range ch.rooms {
-		for c := range members {
-			conns = append(conns, c)
-		}
-	}
-	ch.mu.Unlock()
-	for _, c := range conns {
-		c.Close(code, reason)
-	}
-}
-
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on")
 	flag.Parse()
@@ -235,15 +219,27 @@ func main() {
 	srv := &http.Server{Handler: ch.handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	shut := make(chan error, 1)
 	go func() {
 		<-ctx.Done()
-		ch.closeAll(gust.StatusGoingAway, "server shutting down")
-		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(shutdown)
+		shut <- ch.shutdown(srv, 5*time.Second)
 	}()
 	log.Printf("chat on http://%s", ln.Addr())
 	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		log.Fatal(err)
 	}
+	if err := <-shut; err != nil {
+		log.Printf("chat: shutdown: %v", err)
+	}
+}
+
+// shutdown stops srv, then closes every WebSocket with 1001 (the pages
+// reconnect by themselves, to the next server) and waits for them, all
+// within grace. srv.Shutdown stops accepting and ends idle HTTP
+// connections, but does not cover the WebSockets, which net/http handed
+// over to gust: the Upgrader's Shutdown does.
+func (ch *chat) shutdown(srv *http.Server, grace time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	return errors.Join(srv.Shutdown(ctx), ch.upgrader.Shutdown(ctx))
 }

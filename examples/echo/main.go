@@ -1,13 +1,22 @@
 // Command echo is the smallest gust server: it echoes every message back.
+// On SIGINT or SIGTERM it shuts down gracefully: every connection gets a
+// close frame with 1001 (going away), and the server waits up to 5 seconds
+// for them to end.
 //
 //	go run ./examples/echo            # serves ws://127.0.0.1:8080/
 //	go run ./examples/echo -addr 127.0.0.1:9000
 package main
 
 import (
+	"context"
+	"errors"
 	"flag"
 	"log"
+	"net"
 	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/gustws/gust"
@@ -24,28 +33,57 @@ func (echo) OnMessage(c *gust.Conn, m *gust.Message) {
 	}
 }
 
+// serve echoes WebSockets on ln until ctx is done, then shuts down: the
+// http.Server first (it stops accepting and ends idle HTTP connections, but
+// does not cover the hijacked WebSockets), then the Upgrader, which sends
+// each connection 1001 and waits for them, up to grace.
+func serve(ctx context.Context, ln net.Listener, grace time.Duration) error {
+	upgrader := &gust.Upgrader{Handler: echo{}}
+	// http.Serve would set no timeouts: a client could hold a connection
+	// for ever by sending its request head a byte at a time (slowloris), or
+	// by sending nothing after a refused request. ReadHeaderTimeout bounds
+	// the head and IdleTimeout the wait for the next request; neither
+	// applies once Upgrade has taken the connection.
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			c, err := upgrader.Upgrade(w, r)
+			if err != nil {
+				return // Upgrade has answered with the HTTP error
+			}
+			c.ReadLoop()
+		}),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       60 * time.Second,
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	err := errors.Join(srv.Shutdown(shutdown), upgrader.Shutdown(shutdown))
+	if serr := <-served; !errors.Is(serr, http.ErrServerClosed) {
+		err = errors.Join(err, serr)
+	}
+	return err
+}
+
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on")
 	flag.Parse()
 
-	upgrader := &gust.Upgrader{Handler: echo{}}
-	http.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		c, err := upgrader.Upgrade(w, r)
-		if err != nil {
-			return // Upgrade has answered with the HTTP error
-		}
-		c.ReadLoop()
-	})
-	// http.ListenAndServe would set no timeouts: a client could hold a
-	// connection for ever by sending its request head a byte at a time
-	// (slowloris), or by sending nothing after a refused request.
-	// ReadHeaderTimeout bounds the head and IdleTimeout the wait for the
-	// next request; neither applies once Upgrade has taken the connection.
-	srv := &http.Server{
-		Addr:              *addr,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       60 * time.Second,
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		log.Fatal(err)
 	}
-	log.Printf("echo server on ws://%s/", *addr)
-	log.Fatal(srv.ListenAndServe())
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	log.Printf("echo server on ws://%s/", ln.Addr())
+	if err := serve(ctx, ln, 5*time.Second); err != nil {
+		log.Fatal(err)
+	}
+	log.Print("echo server: shut down")
 }
