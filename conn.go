@@ -45,7 +45,7 @@ type Conn struct {
 	err     error // the first error that ended the connection outside the read loop
 
 	pings pingWaiters // Pings waiting for their pongs
-	hb    heartbeat   // its place in the heartbeats' wheel, if Options.PingInterval is set
+	hb    *heartbeat  // its place in the heartbeats' wheel while ReadLoop runs, if Options.PingInterval is set
 
 	parallel chan struct{}  // semaphore for parallel OnMessage calls
 	inflight sync.WaitGroup // parallel OnMessage calls and the outbox writer

@@ -34,16 +34,17 @@ const hbBusy = ^uint64(0)
 // minWheelTick bounds the granularity of the wheels from below.
 const minWheelTick = time.Millisecond
 
-// heartbeat is a Conn's part of the wheel: 48 bytes, paid by every Conn
-// (a separate allocation for connections with heartbeats would cost more).
+// heartbeat is a Conn's place in its wheel, allocated when its ReadLoop
+// starts, if Options.PingInterval is set: 48 bytes, and a pointer in every
+// Conn (which keeps a Conn without heartbeats in the size class it had).
 type heartbeat struct {
 	seen atomic.Uint64 // the tick the read goroutine began waiting at, or hbBusy
+	c    *Conn
 
 	// guarded by the wheel's mu
-	prev, next *Conn  // in the slot of due
-	due        uint64 // the tick of the next check
-	pinged     uint64 // the tick a ping went out at for this silence; 0: none
-	on         bool   // in the wheel
+	prev, next *heartbeat // in the slot of due
+	due        uint64     // the tick of the next check
+	pinged     uint64     // the tick a ping went out at for this silence; 0: none
 }
 
 // wheel is a timing wheel shared by the connections whose heartbeats have
@@ -53,7 +54,7 @@ type wheel struct {
 	now  atomic.Uint64 // ticks counted, from 1; read by the read goroutines
 
 	mu    sync.Mutex
-	slots [wheelSlots]*Conn // heads of doubly linked lists through heartbeat.prev/next
+	slots [wheelSlots]*heartbeat // heads of doubly linked lists through prev and next
 	conns int
 	quit  chan struct{} // closed to stop the goroutine; nil when none runs
 }
@@ -104,52 +105,51 @@ func (c *Conn) startHeartbeat() {
 	if w == nil {
 		return
 	}
-	c.hb.seen.Store(hbBusy) // OnOpen runs first
+	hb := &heartbeat{c: c}
+	hb.seen.Store(hbBusy) // OnOpen runs first
 	w.mu.Lock()
-	c.hb.due = w.now.Load() + c.cfg.pingTicks
-	c.hb.pinged = 0
-	w.insertLocked(c)
-	c.hb.on = true
+	hb.due = w.now.Load() + c.cfg.pingTicks
+	w.insertLocked(hb)
 	w.conns++
 	if w.quit == nil {
 		w.quit = make(chan struct{})
 		go w.run(w.quit)
 	}
 	w.mu.Unlock()
+	c.hb = hb // only the read goroutine uses c.hb
 }
 
 // stopHeartbeat takes c out of its wheel, stopping the wheel's goroutine if
 // it was the last; finish calls it.
 func (c *Conn) stopHeartbeat() {
-	w := c.cfg.wheel
-	if w == nil {
+	hb := c.hb
+	if hb == nil {
 		return
 	}
+	c.hb = nil
+	w := c.cfg.wheel
 	w.mu.Lock()
-	if c.hb.on {
-		w.removeLocked(c)
-		c.hb.on = false
-		w.conns--
-		if w.conns == 0 {
-			close(w.quit)
-			w.quit = nil
-		}
+	w.removeLocked(hb)
+	w.conns--
+	if w.conns == 0 {
+		close(w.quit)
+		w.quit = nil
 	}
 	w.mu.Unlock()
 }
 
 // hbWaiting records that the read goroutine is about to wait for bytes.
 func (c *Conn) hbWaiting() {
-	if w := c.cfg.wheel; w != nil {
-		c.hb.seen.Store(w.now.Load())
+	if hb := c.hb; hb != nil {
+		hb.seen.Store(c.cfg.wheel.now.Load())
 	}
 }
 
 // hbArrived records that bytes arrived: the peer is alive, and the read
 // goroutine busy until it waits again.
 func (c *Conn) hbArrived() {
-	if c.cfg.wheel != nil {
-		c.hb.seen.Store(hbBusy)
+	if hb := c.hb; hb != nil {
+		hb.seen.Store(hbBusy)
 	}
 }
 
@@ -185,53 +185,53 @@ func (w *wheel) run(quit chan struct{}) {
 func (w *wheel) advanceLocked() {
 	t := w.now.Add(1)
 	slot := &w.slots[t%wheelSlots]
-	for c := *slot; c != nil; {
-		next := c.hb.next
-		if c.hb.due <= t {
-			w.removeLocked(c)
-			if c.heartbeatLocked(t) {
-				w.insertLocked(c)
-			}
+	for hb := *slot; hb != nil; {
+		next := hb.next
+		if hb.due <= t {
+			w.removeLocked(hb)
+			hb.checkLocked(t)
+			w.insertLocked(hb)
 		}
-		c = next
+		hb = next
 	}
 }
 
-// heartbeatLocked checks c at tick t: it pings a connection silent for
+// checkLocked checks its connection at tick t: it pings one silent for
 // PingInterval, cuts one still silent PingTimeout after the ping, and
-// schedules the next check. It reports whether c stays in the wheel.
-func (c *Conn) heartbeatLocked(t uint64) bool {
+// schedules the next check (a connection cut stays in the wheel until its
+// ReadLoop ends).
+func (hb *heartbeat) checkLocked(t uint64) {
+	c := hb.c
 	interval, timeout := c.cfg.pingTicks, c.cfg.pingTimeoutTicks
-	seen := c.hb.seen.Load()
+	seen := hb.seen.Load()
 	switch {
 	case seen == hbBusy || c.closing.Load() || c.netDone.Load():
 		// Alive, or ending another way (CloseTimeout bounds the closing
 		// handshake): look again later; finish takes c out.
-		c.hb.pinged = 0
-		c.hb.due = t + interval
-	case c.hb.pinged != 0 && seen < c.hb.pinged:
+		hb.pinged = 0
+		hb.due = t + interval
+	case hb.pinged != 0 && seen < hb.pinged:
 		// Nothing arrived since the ping: the wait began before it.
-		if t-c.hb.pinged >= timeout {
+		if t-hb.pinged >= timeout {
 			err := fmt.Errorf("gust: no frame from the peer for %v (PingInterval %v + PingTimeout %v): %w",
 				time.Duration(t-seen)*c.cfg.wheel.tick, c.cfg.PingInterval, c.cfg.PingTimeout, os.ErrDeadlineExceeded)
 			// Closing a tls.Conn may write an alert, and wait for it:
 			// not on the wheel's goroutine.
 			go c.abort(err)
-			c.hb.due = t + interval
-			return true
+			hb.due = t + interval
+			return
 		}
-		c.hb.due = c.hb.pinged + timeout
+		hb.due = hb.pinged + timeout
 	case t-seen > interval:
 		// The wait began at tick seen or up to a tick later: a ping only
 		// once the silence has surely lasted PingInterval.
 		c.queuePing()
-		c.hb.pinged = t
-		c.hb.due = t + timeout
+		hb.pinged = t
+		hb.due = t + timeout
 	default:
-		c.hb.pinged = 0
-		c.hb.due = seen + interval + 1
+		hb.pinged = 0
+		hb.due = seen + interval + 1
 	}
-	return true
 }
 
 // queuePing queues an empty ping in c's outbox, whatever its size and
@@ -254,23 +254,23 @@ func (c *Conn) queuePing() {
 	}
 }
 
-func (w *wheel) insertLocked(c *Conn) {
-	head := &w.slots[c.hb.due%wheelSlots]
-	c.hb.prev, c.hb.next = nil, *head
+func (w *wheel) insertLocked(hb *heartbeat) {
+	head := &w.slots[hb.due%wheelSlots]
+	hb.prev, hb.next = nil, *head
 	if *head != nil {
-		(*head).hb.prev = c
+		(*head).prev = hb
 	}
-	*head = c
+	*head = hb
 }
 
-func (w *wheel) removeLocked(c *Conn) {
-	if c.hb.prev != nil {
-		c.hb.prev.hb.next = c.hb.next
+func (w *wheel) removeLocked(hb *heartbeat) {
+	if hb.prev != nil {
+		hb.prev.next = hb.next
 	} else {
-		w.slots[c.hb.due%wheelSlots] = c.hb.next
+		w.slots[hb.due%wheelSlots] = hb.next
 	}
-	if c.hb.next != nil {
-		c.hb.next.hb.prev = c.hb.prev
+	if hb.next != nil {
+		hb.next.prev = hb.prev
 	}
-	c.hb.prev, c.hb.next = nil, nil
+	hb.prev, hb.next = nil, nil
 }
