@@ -45,6 +45,7 @@ type Conn struct {
 	err     error // the first error that ended the connection outside the read loop
 
 	pings pingWaiters // Pings waiting for their pongs
+	hb    *heartbeat  // its place in the heartbeats' wheel while ReadLoop runs, if Options.PingInterval is set
 
 	parallel chan struct{}  // semaphore for parallel OnMessage calls
 	inflight sync.WaitGroup // parallel OnMessage calls and the outbox writer
@@ -74,6 +75,7 @@ func (c *Conn) ReadLoop() {
 	if !c.started.CompareAndSwap(false, true) || c.conn == nil {
 		return
 	}
+	c.startHeartbeat()
 	err := c.run()
 	c.finish(err)
 }
@@ -151,6 +153,7 @@ func (c *Conn) failAndLinger(code StatusCode, reason string) {
 // finish ends the connection: it closes the net.Conn, gives every buffer
 // back, waits for parallel handlers and the outbox writer, and calls OnClose.
 func (c *Conn) finish(err error) {
+	c.stopHeartbeat()
 	c.closeNet()
 	c.pings.end()
 	c.wr.mu.Lock()
@@ -242,8 +245,9 @@ func (c *Conn) SetDeadline(t time.Time) error {
 	return errors.Join(c.SetReadDeadline(t), c.setWriteDeadline(t))
 }
 
-// SetReadDeadline sets the deadline for the next reads; use it for
-// heartbeats: extend it in OnPing, OnPong and OnMessage.
+// SetReadDeadline sets the deadline for the next reads. For heartbeats,
+// Options.PingInterval needs no deadline; one of your own must be extended
+// in OnPing, OnPong and OnMessage.
 func (c *Conn) SetReadDeadline(t time.Time) error {
 	if c.conn == nil {
 		return errClosed

@@ -155,9 +155,16 @@
 //     bounds the whole of Dial.
 //   - [Server.MaxHeaderBytes] (16 KiB) bounds the request head on a Server;
 //     a larger one is refused with 431.
+//   - [Options.PingInterval] (off) and [Options.PingTimeout] (the interval)
+//     drop silent peers: a connection on which no frame has arrived for the
+//     interval is pinged, and cut without a close frame if nothing arrives
+//     within the timeout after the ping, so within interval + timeout of
+//     its last frame (give or take the timers' granularity, a quarter of
+//     the shorter). The timers are shared by every connection: no goroutine
+//     or timer per connection.
 //
-// Reads have no deadline of their own: use [Conn.SetReadDeadline] and move it
-// on in the callbacks to drop silent peers.
+// Reads have no deadline of their own otherwise: heartbeats aside, use
+// [Conn.SetReadDeadline] and move it on in the callbacks.
 //
 // # Errors
 //
@@ -173,8 +180,8 @@
 //     Options.DisableRecovery is set).
 //   - [ErrServerClosed] when a Server or an Upgrader cut the connection
 //     (Close, or a Shutdown whose context ended first).
-//   - An error wrapping [os.ErrDeadlineExceeded] after WriteTimeout or a
-//     deadline, one wrapping [net.ErrClosed] after CloseNow, or the I/O error.
+//   - An error wrapping [os.ErrDeadlineExceeded] after WriteTimeout, a
+//     deadline or a heartbeat that went unanswered, one wrapping [net.ErrClosed] after CloseNow, or the I/O error.
 //
 // [*HandshakeError] is every error [Dial] returns, with the Status, Header and
 // first bytes of the Body when the server answered, and the cause in Err;

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -509,4 +510,61 @@ func ExampleConn_Ping() {
 	// Output:
 	// err: <nil>
 	// rtt > 0: true
+}
+
+// deaf is a client that never answers pings, and sends nothing: a peer
+// that vanished without closing its TCP connection looks the same.
+type deaf struct{ gust.BuiltinEventHandler }
+
+func (deaf) OnPing(*gust.Conn, []byte) {}
+
+// watcher reports why each connection ended.
+type watcher struct {
+	gust.BuiltinEventHandler
+	ended chan error
+}
+
+func (w watcher) OnClose(_ *gust.Conn, err error) { w.ended <- err }
+
+func ExampleOptions_heartbeat() {
+	w := watcher{ended: make(chan error, 2)}
+	srv := &gust.Server{Upgrader: gust.Upgrader{
+		Handler: w,
+		Options: gust.Options{
+			PingInterval: 100 * time.Millisecond, // ping a connection silent for this long
+			PingTimeout:  100 * time.Millisecond, // cut it if still silent this long after the ping
+		},
+	}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Close()
+	url := "ws://" + ln.Addr().String()
+
+	// A client that answers pings (BuiltinEventHandler does) stays.
+	alive := dial(url, newInbox())
+	// One that does not is cut, within about 200 ms.
+	silent, _, err := gust.Dial(context.Background(), url, deaf{}, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	go silent.ReadLoop()
+
+	err = <-w.ended
+	fmt.Println("silent peer cut:", errors.Is(err, os.ErrDeadlineExceeded))
+	fmt.Println(strings.Contains(err.Error(), "no frame from the peer"))
+	select {
+	case err := <-w.ended:
+		fmt.Println("the other ended too:", err)
+	case <-time.After(500 * time.Millisecond):
+		fmt.Println("the answering peer is still connected")
+	}
+	alive.Close(gust.StatusNormalClosure, "")
+	<-w.ended
+	// Output:
+	// silent peer cut: true
+	// true
+	// the answering peer is still connected
 }

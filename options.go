@@ -78,6 +78,37 @@ type Options struct {
 	// buffers for as long as it stays connected).
 	WriteTimeout time.Duration
 
+	// PingInterval turns heartbeats on: a connection on which no frame has
+	// arrived for PingInterval (data, ping, pong or close: any frame counts
+	// as alive) is sent a ping with an empty payload, and cut if still
+	// nothing has arrived PingTimeout after it. A silent peer is thus cut
+	// PingInterval + PingTimeout after its last frame, give or take the
+	// timers' granularity (a quarter of the shorter of the two). Time spent
+	// in a callback, while the read goroutine does not read, never counts
+	// as silence; nor does the time after a close frame was sent, which
+	// CloseTimeout bounds.
+	// Default 0: off, and nothing runs. Cost: the timers are shared by all
+	// connections (timing wheels, one goroutine per distinct setting while
+	// connections use it), not a goroutine or a timer per connection;
+	// memory: 48 bytes per connection; each read stores a counter twice
+	// (atomically, no lock), and each ping a silent connection is sent
+	// starts the short-lived writer goroutine of its outbox.
+	//
+	// The cut sends no close frame, as CloseNow: a peer that answers no
+	// ping would not answer a close handshake either, and a close frame
+	// would only make gust wait CloseTimeout for it (and WriteTimeout, if
+	// the peer does not read either). The peer sees the TCP connection end
+	// (1006 on its side), and OnClose receives an error that says "no frame
+	// from the peer for ..." and for which errors.Is(err,
+	// os.ErrDeadlineExceeded) holds. The pong to gust's ping reaches OnPong
+	// like any other.
+	PingInterval time.Duration
+
+	// PingTimeout is how long a connection sent a heartbeat ping may stay
+	// silent before it is cut (see PingInterval). Default: PingInterval.
+	// Ignored unless PingInterval is set.
+	PingTimeout time.Duration
+
 	// DisableRecovery lets a panic in an Event callback crash the process.
 	// Default false: the panic is recovered, its stack logged to ErrorLog,
 	// and the connection closed with 1011 (internal error).
@@ -109,6 +140,11 @@ const (
 type config struct {
 	Options
 	deflate deflateConfig // Compression, from this side
+
+	// heartbeats, when PingInterval is set
+	wheel            *wheel // nil when off
+	pingTicks        uint64 // PingInterval in the wheel's ticks
+	pingTimeoutTicks uint64 // PingTimeout in the wheel's ticks
 
 	// the handshake
 	Subprotocols     []string // offered (client) or supported (server), in order of preference
@@ -143,6 +179,16 @@ func newConfig(o Options, server bool) *config {
 	}
 	if c.WriteTimeout == 0 {
 		c.WriteTimeout = defaultWriteTimeout
+	}
+	if c.PingInterval > 0 {
+		if c.PingTimeout <= 0 {
+			c.PingTimeout = c.PingInterval
+		}
+		c.wheel = wheelFor(wheelTick(c.PingInterval, c.PingTimeout))
+		c.pingTicks = ticks(c.PingInterval, c.wheel.tick)
+		c.pingTimeoutTicks = ticks(c.PingTimeout, c.wheel.tick)
+	} else {
+		c.PingInterval, c.PingTimeout = 0, 0
 	}
 	if c.ErrorLog == nil {
 		c.ErrorLog = log.Default()

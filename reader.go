@@ -61,9 +61,11 @@ func (c *Conn) read(p []byte) (int, error) {
 	if err := c.uncork(); err != nil {
 		return 0, err
 	}
+	c.hbWaiting()
 	for {
 		n, err := c.conn.Read(p)
 		if n > 0 {
+			c.hbArrived()
 			c.cork()
 			return n, nil
 		}

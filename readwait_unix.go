@@ -76,6 +76,7 @@ func (c *Conn) fillIdle() (bool, error) {
 	if err := c.uncork(); err != nil {
 		return true, err
 	}
+	c.hbWaiting()
 	if err := ir.raw.Read(ir.fn); err != nil {
 		return true, c.readError(err)
 	}
@@ -88,6 +89,7 @@ func (c *Conn) fillIdle() (bool, error) {
 	}
 	c.rd.buf, c.rd.r, c.rd.w = ir.buf, 0, ir.n
 	ir.buf = nil
+	c.hbArrived()
 	c.cork()
 	return true, nil
 }

@@ -274,6 +274,9 @@ func (c *Conn) writeBatch(batch []outboxItem) error {
 }
 
 func (c *Conn) writeItemLocked(it *outboxItem) error {
+	if it.op == opPing { // a heartbeat's (queuePing)
+		return c.writeFrameLocked(opPing, nil)
+	}
 	if it.pm != nil {
 		return c.writePreparedLocked(it.pm)
 	}
