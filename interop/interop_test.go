@@ -34,6 +34,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gustws/gust/internal/leakcheck"
 )
 
 // repoRoot is the module root, the parent of this package's directory (go
@@ -124,7 +126,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	if code == 0 {
-		if leaked := leakedGoroutines(5 * time.Second); leaked != "" {
+		if leaked := leakcheck.Leaked(5*time.Second, "github.com/gustws/gust"); leaked != "" {
 			fmt.Fprintf(os.Stderr, "goroutines of gust leaked after the interop tests:\n%s\n", leaked)
 			code = 1
 		}
@@ -135,30 +137,6 @@ func TestMain(m *testing.M) {
 		os.WriteFile(filepath.Join(repoRoot, "reports", "interop.md"), []byte(report), 0o644)
 	}
 	os.Exit(code)
-}
-
-// leakedGoroutines waits up to d for goroutines running gust's code to end
-// and returns the stacks of those that remain.
-func leakedGoroutines(d time.Duration) string {
-	deadline := time.Now().Add(d)
-	for {
-		buf := make([]byte, 1<<20)
-		buf = buf[:runtime.Stack(buf, true)]
-		var leaked []string
-		for _, g := range strings.Split(string(buf), "\n\n") {
-			// gust's own frames; this package's are github.com/gustws/gust/interop.
-			if strings.Contains(g, "github.com/gustws/gust.") && !strings.Contains(g, "leakedGoroutines") {
-				leaked = append(leaked, g)
-			}
-		}
-		if len(leaked) == 0 {
-			return ""
-		}
-		if time.Now().After(deadline) {
-			return strings.Join(leaked, "\n\n")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // probe finds the version of p, or why it cannot run.
