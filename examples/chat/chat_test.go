@@ -44,7 +44,9 @@ func TestChatInChromium(t *testing.T) {
 	srv := &http.Server{Handler: ch.handler()}
 	go srv.Serve(ln)
 	defer func() {
-		require.NoError(t, ch.shutdown(srv, 5*time.Second))
+		// 10 s: net/http's Shutdown takes up to 5 s for a connection
+		// Chromium opened ahead of need and never used.
+		require.NoError(t, ch.shutdown(srv, 10*time.Second))
 	}()
 	base := "http://" + ln.Addr().String() + "/"
 

@@ -222,7 +222,7 @@ func main() {
 	shut := make(chan error, 1)
 	go func() {
 		<-ctx.Done()
-		shut <- ch.shutdown(srv, 5*time.Second)
+		shut <- ch.shutdown(srv, 10*time.Second)
 	}()
 	log.Printf("chat on http://%s", ln.Addr())
 	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
@@ -233,13 +233,19 @@ func main() {
 	}
 }
 
-// shutdown stops srv, then closes every WebSocket with 1001 (the pages
-// reconnect by themselves, to the next server) and waits for them, all
-// within grace. srv.Shutdown stops accepting and ends idle HTTP
-// connections, but does not cover the WebSockets, which net/http handed
-// over to gust: the Upgrader's Shutdown does.
+// shutdown stops srv and closes every WebSocket with 1001 (the pages
+// reconnect by themselves, to the next server), and waits for both, within
+// grace. srv.Shutdown stops accepting and ends idle HTTP connections, but
+// does not cover the WebSockets, which net/http handed over to gust: the
+// Upgrader's Shutdown does. The two run side by side: srv.Shutdown may wait
+// up to 5 s for a connection a browser opened ahead of need and never used
+// (net/http counts it idle only then), and the WebSockets should not wait
+// behind it.
 func (ch *chat) shutdown(srv *http.Server, grace time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
-	return errors.Join(srv.Shutdown(ctx), ch.upgrader.Shutdown(ctx))
+	httpDone := make(chan error, 1)
+	go func() { httpDone <- srv.Shutdown(ctx) }()
+	wsErr := ch.upgrader.Shutdown(ctx)
+	return errors.Join(<-httpDone, wsErr)
 }
