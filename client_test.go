@@ -849,12 +849,7 @@ func serveOn(t *testing.T, ln net.Listener, h Event, opts *Options) {
 	t.Helper()
 	s := newServer(h, opts)
 	s.Subprotocols = []string{"p"}
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ln) }()
-	t.Cleanup(func() {
-		require.NoError(t, s.Close())
-		require.ErrorIs(t, <-done, ErrServerClosed)
-	})
+	runServer(t, s, ln)
 }
 
 // dialOver runs Dial's handshake over conn, as a user does by returning

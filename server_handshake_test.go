@@ -194,11 +194,6 @@ func startServerMaxHead(t *testing.T, h Event, n int) string {
 	s.MaxHeaderBytes = n
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ln) }()
-	t.Cleanup(func() {
-		require.NoError(t, s.Close())
-		require.ErrorIs(t, <-done, ErrServerClosed)
-	})
+	runServer(t, s, ln)
 	return ln.Addr().String()
 }

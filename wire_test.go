@@ -79,12 +79,7 @@ func serveServer(t *testing.T, h Event, opts *Options, set func(*Upgrader)) stri
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ln) }()
-	t.Cleanup(func() {
-		require.NoError(t, s.Close())
-		require.ErrorIs(t, <-done, ErrServerClosed)
-	})
+	runServer(t, s, ln)
 	return ln.Addr().String()
 }
 
@@ -372,4 +367,16 @@ func newServer(h Event, opts *Options) *Server {
 		s.Options = *opts
 	}
 	return s
+}
+
+// runServer serves s on ln until the test ends, then closes it and checks
+// that Serve returned ErrServerClosed.
+func runServer(t *testing.T, s *Server, ln net.Listener) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ln) }()
+	t.Cleanup(func() {
+		require.NoError(t, s.Close())
+		require.ErrorIs(t, <-done, ErrServerClosed)
+	})
 }
