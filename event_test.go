@@ -11,7 +11,7 @@ import (
 func TestBuiltinEventHandler(t *testing.T) {
 	t.Parallel()
 	var b BuiltinEventHandler
-	m := newMessage(OpText, bufpool.Get(3), 3)
+	m := new(readState).newMessage(OpText, bufpool.Get(3), 3)
 	b.OnMessage(nil, m)
 	require.Nil(t, m.Data, "OnMessage releases the message")
 	(*Message)(nil).Close() // does nothing

@@ -47,16 +47,20 @@ func TestMessageCloseTwice(t *testing.T) {
 }
 
 // TestMessageLateClose closes a message again after later messages took
-// buffers from the pool: their bytes must not move.
+// buffers from the pool, and its slab went back to the pool between reads:
+// their bytes must not move.
 func TestMessageLateClose(t *testing.T) {
 	t.Parallel()
-	a := newMessage(OpText, bufpool.Get(5), 5)
+	var rd readState
+	a := rd.newMessage(OpText, bufpool.Get(5), 5)
 	copy(a.Data, "first")
 	a.Close()
-	b := newMessage(OpText, bufpool.Get(6), 6) // may reuse a's buffer
+	rd.putSlab() // as before the next read
+	b := rd.newMessage(OpText, bufpool.Get(6), 6) // may reuse a's buffer and slab
+	require.NotSame(t, a, b, "a Message is never handed out twice")
 	copy(b.Data, "second")
 	a.Close() // the owner of a, again: nothing to give back
-	c := newMessage(OpText, bufpool.Get(6), 6)
+	c := rd.newMessage(OpText, bufpool.Get(6), 6)
 	copy(c.Data, "third!")
 	require.Equal(t, "second", string(b.Data))
 	require.Equal(t, "third!", string(c.Data))
@@ -68,7 +72,7 @@ func TestMessageLateClose(t *testing.T) {
 // at once: the buffer goes back once (the race detector watches).
 func TestMessageCloseConcurrently(t *testing.T) {
 	t.Parallel()
-	m := newMessage(OpBinary, bufpool.Get(64), 64)
+	m := new(readState).newMessage(OpBinary, bufpool.Get(64), 64)
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Add(1)

@@ -32,6 +32,7 @@ type readState struct {
 	msg        *[]byte
 	n          int
 	utf8       utf8.Validator
+	slab       *messageSlab // Messages for what the last read brought
 	ctrl       [maxControlPayload]byte
 	closed     bool // the peer's close frame has been read
 }
@@ -49,6 +50,7 @@ func (rd *readState) release() {
 // releaseAll gives every buffer back, when the connection ends.
 func (rd *readState) releaseAll() {
 	rd.release()
+	rd.putSlab()
 	if rd.msg != nil {
 		bufpool.Put(rd.msg)
 		rd.msg = nil
@@ -92,6 +94,7 @@ func (c *Conn) fill() error {
 		}
 		rd.buf = bufpool.Get(max(size, minReadBufferSize))
 	}
+	rd.putSlab()
 	b := *rd.buf
 	if rd.r == rd.w {
 		rd.r, rd.w = 0, 0
@@ -351,7 +354,7 @@ func (c *Conn) readData(op Opcode, fin, compressed bool, length int64, key [4]by
 	if checkText && !rd.utf8.Complete() {
 		return protocolError(StatusInvalidFramePayloadData, "text not valid UTF-8")
 	}
-	m := newMessage(rd.op, rd.msg, rd.n)
+	m := rd.newMessage(rd.op, rd.msg, rd.n)
 	rd.msg, rd.op, rd.n = nil, 0, 0
 	if c.closing.Load() {
 		m.Close() // the browser API drops messages that arrive while closing
