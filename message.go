@@ -60,11 +60,13 @@ type Message struct {
 	Opcode Opcode // OpText or OpBinary
 	Data   []byte
 
-	// buf is the pooled buffer under Data, nil once given back. The struct
-	// itself is never reused: a pooled one would come back as another
-	// message while its last owner still held a pointer to it, and that
-	// owner's second Close would then give the other message's buffer away.
-	buf atomic.Pointer[[]byte]
+	// closed is set by the first Close, which alone then touches buf, the
+	// pooled buffer under Data. The struct itself is never reused: a pooled
+	// one would come back as another message while its last owner still
+	// held a pointer to it, and that owner's second Close would then give
+	// the other message's buffer away.
+	closed atomic.Bool
+	buf    *[]byte
 }
 
 // messageSlab hands out Messages 32 at a time, each one once, so that
@@ -100,7 +102,7 @@ func (rd *readState) newMessage(op Opcode, buf *[]byte, n int) *Message {
 		rd.slab = nil // used up: the garbage collector takes it from here
 	}
 	m.Opcode, m.Data = op, (*buf)[:n]
-	m.buf.Store(buf)
+	m.buf = buf
 	return m
 }
 
@@ -119,8 +121,9 @@ func (m *Message) Close() {
 	if m == nil {
 		return
 	}
-	if buf := m.buf.Swap(nil); buf != nil {
-		m.Data = nil
+	if m.closed.CompareAndSwap(false, true) {
+		buf := m.buf
+		m.Data, m.buf = nil, nil
 		bufpool.Put(buf)
 	}
 }

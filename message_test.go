@@ -83,5 +83,5 @@ func TestMessageCloseConcurrently(t *testing.T) {
 	}
 	wg.Wait()
 	require.Nil(t, m.Data)
-	require.Nil(t, m.buf.Load())
+	require.Nil(t, m.buf)
 }
