@@ -158,6 +158,7 @@ func (c *Conn) finish(err error) {
 	c.pings.end()
 	c.wr.mu.Lock()
 	c.wr.closed = true
+	c.wr.streamEnd.Broadcast() // writes waiting for a NextWriter fail now
 	c.releaseWriteBuffer()
 	if c.deflate != nil {
 		c.deflate.release()

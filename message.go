@@ -1,6 +1,7 @@
 package gust
 
 import (
+	"io"
 	"sync"
 	"sync/atomic"
 
@@ -46,10 +47,15 @@ func (op Opcode) String() string {
 	return "reserved"
 }
 
-// Message is one complete data message. Its Data sits in a pooled buffer
-// that belongs to the receiver until it calls Close, which gives the buffer
-// back to the pool and sets Data to nil: after Close, keep no slice of the
-// old Data, whose bytes may then belong to another message.
+// Message is one data message. A whole message's Data sits in a pooled
+// buffer that belongs to the receiver until it calls Close, which gives the
+// buffer back to the pool and sets Data to nil: after Close, keep no slice
+// of the old Data, whose bytes may then belong to another message.
+//
+// A Message is also an io.Reader of its bytes, so that a handler may
+// io.Copy any message to its destination: Read reads Data for a whole
+// message, and the frames as they arrive for a streamed one (see
+// Options.StreamThreshold and Streamed).
 //
 // Close may be called more than once, from any goroutine: only the first
 // call gives the buffer back, later ones do nothing. gust never reuses a
@@ -58,7 +64,7 @@ func (op Opcode) String() string {
 // OnMessage does; a copy would share the buffer (go vet reports copies).
 type Message struct {
 	Opcode Opcode // OpText or OpBinary
-	Data   []byte
+	Data   []byte // nil for a streamed message: read it with Read
 
 	// closed is set by the first Close, which alone then touches buf, the
 	// pooled buffer under Data. The struct itself is never reused: a pooled
@@ -67,6 +73,8 @@ type Message struct {
 	// the other message's buffer away.
 	closed atomic.Bool
 	buf    *[]byte
+	off    int        // the bytes of Data that Read has returned
+	st     *msgStream // a streamed message's frames; nil for a whole message
 }
 
 // messageSlab hands out Messages 32 at a time, each one once, so that
@@ -127,3 +135,40 @@ func (m *Message) Close() {
 		bufpool.Put(buf)
 	}
 }
+
+// Read reads the message's next bytes into p, and returns io.EOF at its
+// end. For a whole message it reads Data (Close ends it: Data is nil
+// then).
+//
+// For a streamed message (Streamed), Read reads the frames as they arrive,
+// on the read goroutine: call it from OnMessage only, and only until
+// OnMessage returns. It checks what it reads as gust checks a whole
+// message: past Options.MaxMessageSize, Read fails with a *ProtocolError
+// of code 1009, on invalid UTF-8 in a text message with 1007 as soon as
+// the bad byte arrives, and the connection then fails with that code once
+// OnMessage returns. Control frames that arrive between the message's
+// frames are handled as they come, while Read waits: a ping reaches OnPing
+// (whose pong goes out before the next read from the socket), and a close
+// frame is answered and ends the stream: Read returns its *CloseError, and
+// the connection ends once OnMessage returns. An I/O error, such as the
+// peer leaving (io.ErrUnexpectedEOF), is returned as well. After Close, or
+// once OnMessage has returned, Read returns an error.
+func (m *Message) Read(p []byte) (int, error) {
+	if m.st != nil {
+		if m.closed.Load() {
+			return 0, errStreamOver
+		}
+		return m.st.read(p)
+	}
+	if m.off >= len(m.Data) {
+		return 0, io.EOF
+	}
+	n := copy(p, m.Data[m.off:])
+	m.off += n
+	return n, nil
+}
+
+// Streamed reports whether the message is delivered as a stream: it had
+// outgrown Options.StreamThreshold when it reached OnMessage, its Data is
+// nil and its bytes come through Read.
+func (m *Message) Streamed() bool { return m.st != nil }

@@ -31,6 +31,22 @@ type Options struct {
 	// a frame header announces it. Default 16 MiB. Negative means no limit.
 	MaxMessageSize int64
 
+	// StreamThreshold, when positive, delivers a message larger than
+	// StreamThreshold bytes to OnMessage as a stream (Message.Streamed):
+	// once it has outgrown that many bytes, or at once when its first frame
+	// announces more, counted as they come on the wire (compressed, for a
+	// compressed message; one small on the wire is streamed once it
+	// inflates past the threshold). The handler reads it with
+	// Message.Read, on the read goroutine even with Parallel set, and only
+	// until OnMessage returns: gust reads and discards what it left. The
+	// bytes buffered before the message was streamed (at most
+	// StreamThreshold) are read first. MaxMessageSize and the UTF-8 check
+	// still apply, as Read goes. Default 0: every message is delivered
+	// whole, in Data. Memory: a streamed message holds at most
+	// StreamThreshold bytes besides the read buffer (and, compressed, an
+	// inflater of about 40 KiB and its window), whatever its size.
+	StreamThreshold int
+
 	// SkipUTF8Validation turns off the UTF-8 check of text messages and
 	// close reasons that RFC 6455 requires. Default false: text is checked,
 	// and invalid text fails the connection with 1007 as soon as the first

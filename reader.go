@@ -122,92 +122,108 @@ func protocolError(code StatusCode, reason string) error {
 	return &ProtocolError{Code: code, Reason: reason}
 }
 
+// frameHeader is a frame's header, checked.
+type frameHeader struct {
+	op         Opcode
+	fin        bool
+	compressed bool // RSV1: the first frame of a compressed message
+	length     int64
+	key        [4]byte
+}
+
 // readFrames reads frames until an error or the peer's close frame, which
 // it answers. It returns a *CloseError for the peer's close, a
 // *ProtocolError for a violation (the caller sends the close frame), or the
 // I/O error.
 func (c *Conn) readFrames() error {
-	rd := &c.rd
 	for {
-		if err := c.ensure(2); err != nil {
-			if rd.w > rd.r || rd.op != 0 {
-				return noEOF(err) // the peer left in the middle of a frame or message
-			}
+		h, err := c.readHeader()
+		if err != nil {
 			return err
 		}
-		b := (*rd.buf)[rd.r:rd.w]
-		fin := b[0]&0x80 != 0
-		op := Opcode(b[0] & 0x0f)
-		masked := b[1]&0x80 != 0
-		length := int64(b[1] & 0x7f)
-
-		compressed := false
-		if rsv := b[0] & 0x70; rsv != 0 {
-			// RSV1 marks the first frame of a compressed message (RFC 7692 §6).
-			if rsv != 0x40 || c.deflate == nil || (op != OpText && op != OpBinary) {
-				return protocolError(StatusProtocolError, "reserved bits set")
-			}
-			compressed = true
+		if h.op.isControl() {
+			err = c.readControl(h.op, int(h.length), h.key)
+		} else {
+			err = c.readData(h)
 		}
-		if masked != c.server {
-			if c.server {
-				return protocolError(StatusProtocolError, "client frame not masked")
-			}
-			return protocolError(StatusProtocolError, "server frame masked")
-		}
-		switch op {
-		case opContinuation, OpText, OpBinary:
-		case opClose, opPing, opPong:
-			if !fin {
-				return protocolError(StatusProtocolError, "fragmented control frame")
-			}
-			if length > maxControlPayload {
-				return protocolError(StatusProtocolError, "control frame payload over 125 bytes")
-			}
-		default:
-			return protocolError(StatusProtocolError, "reserved opcode")
-		}
-
-		hn := 2
-		switch length {
-		case 126:
-			hn += 2
-		case 127:
-			hn += 8
-		}
-		if masked {
-			hn += 4
-		}
-		if err := c.ensure(hn); err != nil {
-			return noEOF(err)
-		}
-		b = (*rd.buf)[rd.r:rd.w]
-		switch length {
-		case 126:
-			length = int64(binary.BigEndian.Uint16(b[2:]))
-		case 127:
-			u := binary.BigEndian.Uint64(b[2:])
-			if u>>63 != 0 {
-				return protocolError(StatusProtocolError, "payload length with the most significant bit set")
-			}
-			length = int64(u)
-		}
-		var key [4]byte
-		if masked {
-			copy(key[:], b[hn-4:hn])
-		}
-		rd.r += hn
-
-		if op.isControl() {
-			if err := c.readControl(op, int(length), key); err != nil {
-				return err
-			}
-			continue
-		}
-		if err := c.readData(op, fin, compressed, length, key); err != nil {
+		if err != nil {
 			return err
 		}
 	}
+}
+
+// readHeader reads and checks the next frame's header.
+func (c *Conn) readHeader() (frameHeader, error) {
+	rd := &c.rd
+	var h frameHeader
+	if err := c.ensure(2); err != nil {
+		if rd.w > rd.r || rd.op != 0 {
+			return h, noEOF(err) // the peer left in the middle of a frame or message
+		}
+		return h, err
+	}
+	b := (*rd.buf)[rd.r:rd.w]
+	h.fin = b[0]&0x80 != 0
+	h.op = Opcode(b[0] & 0x0f)
+	masked := b[1]&0x80 != 0
+	length := int64(b[1] & 0x7f)
+
+	if rsv := b[0] & 0x70; rsv != 0 {
+		// RSV1 marks the first frame of a compressed message (RFC 7692 §6).
+		if rsv != 0x40 || c.deflate == nil || (h.op != OpText && h.op != OpBinary) {
+			return h, protocolError(StatusProtocolError, "reserved bits set")
+		}
+		h.compressed = true
+	}
+	if masked != c.server {
+		if c.server {
+			return h, protocolError(StatusProtocolError, "client frame not masked")
+		}
+		return h, protocolError(StatusProtocolError, "server frame masked")
+	}
+	switch h.op {
+	case opContinuation, OpText, OpBinary:
+	case opClose, opPing, opPong:
+		if !h.fin {
+			return h, protocolError(StatusProtocolError, "fragmented control frame")
+		}
+		if length > maxControlPayload {
+			return h, protocolError(StatusProtocolError, "control frame payload over 125 bytes")
+		}
+	default:
+		return h, protocolError(StatusProtocolError, "reserved opcode")
+	}
+
+	hn := 2
+	switch length {
+	case 126:
+		hn += 2
+	case 127:
+		hn += 8
+	}
+	if masked {
+		hn += 4
+	}
+	if err := c.ensure(hn); err != nil {
+		return h, noEOF(err)
+	}
+	b = (*rd.buf)[rd.r:rd.w]
+	switch length {
+	case 126:
+		length = int64(binary.BigEndian.Uint16(b[2:]))
+	case 127:
+		u := binary.BigEndian.Uint64(b[2:])
+		if u>>63 != 0 {
+			return h, protocolError(StatusProtocolError, "payload length with the most significant bit set")
+		}
+		length = int64(u)
+	}
+	if masked {
+		copy(h.key[:], b[hn-4:hn])
+	}
+	h.length = length
+	rd.r += hn
+	return h, nil
 }
 
 // readControl reads a control frame's payload and handles the frame.
@@ -266,9 +282,11 @@ func (c *Conn) unmask(dst, src []byte, key [4]byte, pos int) int {
 
 // readData reads a data frame's payload into the message being assembled,
 // checking text as it arrives, and dispatches the message on its last frame.
-func (c *Conn) readData(op Opcode, fin, compressed bool, length int64, key [4]byte) error {
+// With Options.StreamThreshold set, a message that grows past it is handed
+// to OnMessage as a stream instead (streamMessage).
+func (c *Conn) readData(h frameHeader) error {
 	rd := &c.rd
-	if op == opContinuation {
+	if h.op == opContinuation {
 		if rd.op == 0 {
 			return protocolError(StatusProtocolError, "continuation frame without a message")
 		}
@@ -276,17 +294,19 @@ func (c *Conn) readData(op Opcode, fin, compressed bool, length int64, key [4]by
 		if rd.op != 0 {
 			return protocolError(StatusProtocolError, "new message inside a fragmented message")
 		}
-		rd.op = op
+		rd.op = h.op
 		rd.n = 0
-		rd.compressed = compressed
+		rd.compressed = h.compressed
 		rd.utf8.Reset()
 	}
-	limit := c.cfg.MaxMessageSize
-	if limit < 0 || limit > math.MaxInt {
-		limit = math.MaxInt
-	}
+	fin, length, key := h.fin, h.length, h.key
+	limit := c.maxMessageSize()
 	if length > limit-int64(rd.n) { // not rd.n+length: that can wrap
 		return protocolError(StatusMessageTooBig, "message over the size limit")
+	}
+	threshold := c.cfg.StreamThreshold
+	if threshold > 0 && length > int64(threshold-rd.n) {
+		return c.streamMessage(fin, length, key)
 	}
 	end := rd.n + int(length)
 	checkText := rd.op == OpText && !c.cfg.SkipUTF8Validation && !rd.compressed
@@ -299,12 +319,16 @@ func (c *Conn) readData(op Opcode, fin, compressed bool, length int64, key [4]by
 			// arrived (at least messageChunk), so a peer that announces
 			// 16 MiB and sends 100 KiB pins 256 KiB, and a message in many
 			// fragments grows geometrically, in linear time. The last
-			// frame's end bounds the size; before it, the size limit does.
+			// frame's end bounds the size; before it, the size limit does,
+			// and the stream threshold past which the message is streamed.
 			size := max(2*rd.n, rd.n+rd.w-rd.r, messageChunk)
 			if fin {
 				size = min(size, end)
 			} else {
 				size = int(min(int64(size), limit))
+				if threshold > 0 {
+					size = min(size, threshold)
+				}
 			}
 			if rd.msg == nil {
 				rd.msg = bufpool.Get(size)
@@ -347,6 +371,12 @@ func (c *Conn) readData(op Opcode, fin, compressed bool, length int64, key [4]by
 	}
 	if rd.compressed {
 		if err := c.inflateMessage(); err != nil {
+			if threshold > 0 && isTooBig(err) && int64(threshold) < limit {
+				// Small on the wire, past the threshold once inflated:
+				// stream it from the compressed bytes it has.
+				rd.utf8.Reset()
+				return c.streamMessage(true, 0, key)
+			}
 			return err
 		}
 		checkText = rd.op == OpText && !c.cfg.SkipUTF8Validation
@@ -364,6 +394,22 @@ func (c *Conn) readData(op Opcode, fin, compressed bool, length int64, key [4]by
 	return nil
 }
 
+// maxMessageSize is Options.MaxMessageSize, math.MaxInt for no limit.
+func (c *Conn) maxMessageSize() int64 {
+	limit := c.cfg.MaxMessageSize
+	if limit < 0 || limit > math.MaxInt {
+		limit = math.MaxInt
+	}
+	return limit
+}
+
+// isTooBig reports whether err is gust failing a message over the size
+// limit.
+func isTooBig(err error) bool {
+	pe, ok := err.(*ProtocolError)
+	return ok && pe.Code == StatusMessageTooBig
+}
+
 // inflateMessage replaces the compressed message in rd.msg with its
 // inflated bytes, checking size and text as they come out.
 func (c *Conn) inflateMessage() error {
@@ -372,9 +418,13 @@ func (c *Conn) inflateMessage() error {
 	if rd.op == OpText && !c.cfg.SkipUTF8Validation {
 		v = &rd.utf8
 	}
+	limit := c.cfg.MaxMessageSize
+	if t := int64(c.cfg.StreamThreshold); t > 0 && (limit < 0 || t < limit) {
+		limit = t // past it, the message is streamed instead
+	}
 	rd.msg = bufpool.Grow(rd.msg, rd.n+len(deflateTail))
 	copy((*rd.msg)[rd.n:], deflateTail)
-	out, n, err := c.deflate.inflate(*rd.msg, c.cfg.MaxMessageSize, v)
+	out, n, err := c.deflate.inflate((*rd.msg)[:rd.n+len(deflateTail)], limit, v)
 	if err != nil {
 		return err
 	}

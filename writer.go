@@ -27,6 +27,8 @@ type writeState struct {
 	corked    bool    // the read goroutine is dispatching: append, flush later
 	closeSent bool
 	closed    bool
+	streaming bool      // a NextWriter is open: other data messages wait
+	streamEnd sync.Cond // signalled when it closes, or the connection ends
 	err       error // sticky: a failed write leaves the stream unusable
 	hdr       [maxHeaderSize]byte
 
@@ -66,6 +68,7 @@ func (c *Conn) writeMessage(op Opcode, p []byte, compress bool) error {
 		return errBadOpcode
 	}
 	c.wr.mu.Lock()
+	c.waitStreamLocked()
 	err := c.writeMessageLocked(op, p, compress)
 	c.wr.mu.Unlock()
 	return err
@@ -101,6 +104,7 @@ func (c *Conn) WritePrepared(pm *PreparedMessage) error {
 	}
 	c.wr.mu.Lock()
 	defer c.wr.mu.Unlock()
+	c.waitStreamLocked()
 	return c.writePreparedLocked(pm)
 }
 
@@ -253,6 +257,9 @@ func (c *Conn) writeBatch(batch []outboxItem) error {
 	w := &c.wr
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if len(batch) > 1 || batch[0].op != opPing {
+		c.waitStreamLocked() // a heartbeat's ping alone may go between fragments
+	}
 	if len(batch) == 1 {
 		return c.writeItemLocked(&batch[0])
 	}
@@ -315,8 +322,12 @@ func (c *Conn) writableLocked() error {
 }
 
 // rsv1 is or-ed into an opcode to set RSV1 (a compressed message) in the
-// frame header.
-const rsv1 Opcode = 0x40
+// frame header; more, to clear FIN (a fragment that is not the message's
+// last).
+const (
+	rsv1 Opcode = 0x40
+	more Opcode = 0x80
+)
 
 // The private write functions come in three layers, each called with the
 // write lock held:
@@ -562,9 +573,10 @@ func (c *Conn) releaseIdleCompressor() {
 	d.timerArmed = false
 }
 
-// putHeader encodes a final frame header into b and returns its length.
+// putHeader encodes a frame header into b, final unless op carries more,
+// and returns its length.
 func putHeader(b []byte, op Opcode, n int, masked bool, key [4]byte) int {
-	b[0] = 0x80 | byte(op) // op may carry rsv1
+	b[0] = byte(op) ^ 0x80 // FIN, unless op carries more; op may carry rsv1
 	var hn int
 	switch {
 	case n <= 125:

@@ -1,0 +1,573 @@
+package gust
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"sync"
+
+	"github.com/klauspost/compress/flate"
+
+	"github.com/gustws/gust/internal/bufpool"
+	"github.com/gustws/gust/internal/mask"
+)
+
+// errStreamOver is what Read returns on a streamed message after Close or
+// after OnMessage returned: its frames are gone by then.
+var errStreamOver = errors.New("gust: read of a streamed message after Close or after OnMessage returned")
+
+// msgStream is the state of a streamed message (Options.StreamThreshold)
+// while OnMessage reads it, on the read goroutine.
+type msgStream struct {
+	c      *Conn
+	prefix []byte // what was buffered before the message was streamed, not yet read
+
+	// the frame being read
+	remaining int64 // payload bytes not yet read
+	fin       bool
+	key       [4]byte
+	pos       int
+
+	wire     int64 // the message's payload bytes announced so far, for the size limit
+	text     bool  // check UTF-8 of the payload (an uncompressed text message)
+	err      error // sticky: the stream, and then the connection, end with it
+	rawDone  bool  // the last frame's payload has been read
+	tailSent int   // bytes of deflateTail given to the inflater
+
+	// a compressed message
+	fr       io.ReadCloser // flate's, from readerPool
+	br       *bufio.Reader
+	out      int64 // inflated bytes so far
+	checkOut bool  // check UTF-8 of the inflated bytes
+}
+
+// streamReaders buffer the compressed bytes between the frames and flate,
+// which reads a byte at a time.
+var streamReaders sync.Pool
+
+const streamReaderSize = 32 << 10
+
+// streamMessage hands the message in progress to OnMessage as a stream, on
+// the read goroutine (even with Options.Parallel): its frame of length
+// bytes, whose header was just read, and the next ones are read as the
+// handler reads. What it leaves unread is read and discarded once it
+// returns, so that the next message starts on a frame boundary and a
+// compressed stream's window stays in step.
+func (c *Conn) streamMessage(fin bool, length int64, key [4]byte) error {
+	rd := &c.rd
+	s := &msgStream{c: c, remaining: length, fin: fin, key: key, wire: int64(rd.n) + length}
+	if rd.msg != nil {
+		s.prefix = (*rd.msg)[:rd.n]
+	}
+	checkText := rd.op == OpText && !c.cfg.SkipUTF8Validation
+	if rd.compressed {
+		s.checkOut = checkText
+		if err := s.startInflate(); err != nil {
+			return err
+		}
+	} else {
+		s.text = checkText
+	}
+	m := &Message{Opcode: rd.op, st: s}
+	if !c.closing.Load() { // the browser API drops messages that arrive while closing
+		c.handler.OnMessage(c, m)
+	}
+	m.closed.Store(true)
+	err := s.discard()
+	s.end()
+	bufpool.Put(rd.msg)
+	rd.msg, rd.op, rd.n = nil, 0, 0
+	return err
+}
+
+// startInflate prepares the inflater, with the window the peer's earlier
+// messages left when it keeps its context.
+func (s *msgStream) startInflate() error {
+	d := s.c.deflate
+	s.br, _ = streamReaders.Get().(*bufio.Reader)
+	if s.br == nil {
+		s.br = bufio.NewReaderSize(s, streamReaderSize)
+	} else {
+		s.br.Reset(s)
+	}
+	s.fr, _ = readerPool.Get().(io.ReadCloser)
+	if s.fr == nil {
+		s.fr = flate.NewReader(nil)
+	}
+	var dict []byte
+	if !d.readNoCtx {
+		dict = d.readDict[max(0, len(d.readDict)-1<<d.readBits):]
+	}
+	return s.fr.(flate.Resetter).Reset(s.br, dict)
+}
+
+// end gives the stream's buffers back.
+func (s *msgStream) end() {
+	if s.fr != nil {
+		readerPool.Put(s.fr)
+		s.br.Reset(nil)
+		streamReaders.Put(s.br)
+		s.fr, s.br = nil, nil
+	}
+}
+
+// discard reads what the handler left of the message, checking it as it
+// goes, and returns the error that ends the connection, if any.
+func (s *msgStream) discard() error {
+	if s.err != nil {
+		return s.err
+	}
+	buf := bufpool.Get(streamReaderSize)
+	defer bufpool.Put(buf)
+	for {
+		if _, err := s.read(*buf); err != nil {
+			if err != io.EOF {
+				return err
+			}
+			break
+		}
+	}
+	// An inflater may stop at a final block before the frames end.
+	for !s.rawDone {
+		if _, err := s.readRaw(*buf); err != nil && err != io.EOF {
+			return err
+		}
+	}
+	return nil
+}
+
+// read reads the message's bytes, inflated if it is compressed.
+func (s *msgStream) read(p []byte) (int, error) {
+	if s.fr == nil {
+		return s.readRaw(p)
+	}
+	if s.err != nil {
+		return 0, s.err
+	}
+	n, err := s.fr.Read(p)
+	if s.err != nil { // from the frames under the inflater
+		return 0, s.err
+	}
+	if n > 0 {
+		s.out += int64(n)
+		if s.out > s.c.maxMessageSize() {
+			s.err = protocolError(StatusMessageTooBig, "message over the size limit once inflated")
+			return 0, s.err
+		}
+		if s.checkOut && !s.c.rd.utf8.Feed(p[:n]) {
+			s.err = protocolError(StatusInvalidFramePayloadData, "text not valid UTF-8")
+			return 0, s.err
+		}
+		s.c.deflate.rememberWindow(p[:n])
+	}
+	switch err {
+	case nil:
+	case io.EOF:
+		if s.checkOut && !s.c.rd.utf8.Complete() {
+			s.err = protocolError(StatusInvalidFramePayloadData, "text not valid UTF-8")
+			return 0, s.err
+		}
+	default:
+		s.err = protocolError(StatusInvalidFramePayloadData, "invalid deflate data")
+		return 0, s.err
+	}
+	return n, err
+}
+
+// Read gives the inflater the compressed bytes, then deflateTail.
+func (s *msgStream) Read(p []byte) (int, error) {
+	if !s.rawDone {
+		n, err := s.readRaw(p)
+		if err != io.EOF {
+			return n, err
+		}
+	}
+	if s.tailSent == len(deflateTail) {
+		return 0, io.EOF
+	}
+	n := copy(p, deflateTail[s.tailSent:])
+	s.tailSent += n
+	return n, nil
+}
+
+// readRaw reads the message's payload as it came on the wire (unmasked):
+// what was buffered before the stream began, then its frames' payloads,
+// reading the control frames between them as the read loop would.
+func (s *msgStream) readRaw(p []byte) (int, error) {
+	if len(s.prefix) > 0 {
+		n := copy(p, s.prefix)
+		s.prefix = s.prefix[n:]
+		return n, nil
+	}
+	for s.remaining == 0 {
+		if s.err != nil {
+			return 0, s.err
+		}
+		if s.fin {
+			if !s.rawDone {
+				s.rawDone = true
+				if s.text && !s.c.rd.utf8.Complete() {
+					s.err = protocolError(StatusInvalidFramePayloadData, "text not valid UTF-8")
+					return 0, s.err
+				}
+			}
+			return 0, io.EOF
+		}
+		if err := s.nextFrame(); err != nil {
+			s.err = err
+			return 0, err
+		}
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	c := s.c
+	rd := &c.rd
+	p = p[:min(int64(len(p)), s.remaining)]
+	if rd.w == rd.r && len(p) >= c.cfg.ReadBufferSize/2 {
+		// Large and nothing buffered: read straight into p.
+		n, err := c.read(p)
+		if err != nil {
+			s.err = noEOF(err)
+			return 0, s.err
+		}
+		p = p[:n]
+		if c.server {
+			s.pos = mask.Apply(p, s.key, s.pos)
+		}
+	} else {
+		if rd.w == rd.r {
+			if err := c.fill(); err != nil {
+				s.err = noEOF(err)
+				return 0, s.err
+			}
+		}
+		p = p[:min(len(p), rd.w-rd.r)]
+		s.pos = c.unmask(p, (*rd.buf)[rd.r:rd.r+len(p)], s.key, s.pos)
+		rd.r += len(p)
+	}
+	s.remaining -= int64(len(p))
+	if s.text && !rd.utf8.Feed(p) {
+		s.err = protocolError(StatusInvalidFramePayloadData, "text not valid UTF-8")
+		return 0, s.err
+	}
+	return len(p), nil
+}
+
+// nextFrame reads frames up to the message's next data frame, handling the
+// control frames before it: pings and pongs reach their callbacks, and a
+// close frame is answered and ends the stream with its *CloseError.
+func (s *msgStream) nextFrame() error {
+	c := s.c
+	h, err := c.readHeader()
+	if err != nil {
+		return err
+	}
+	if h.op.isControl() {
+		return c.readControl(h.op, int(h.length), h.key)
+	}
+	if h.op != opContinuation {
+		return protocolError(StatusProtocolError, "new message inside a fragmented message")
+	}
+	if h.length > c.maxMessageSize()-s.wire {
+		return protocolError(StatusMessageTooBig, "message over the size limit")
+	}
+	s.wire += h.length
+	s.remaining, s.fin, s.key, s.pos = h.length, h.fin, h.key, 0
+	return nil
+}
+
+// waitStreamLocked waits, releasing the write lock meanwhile, until no
+// NextWriter is open or the connection has ended: a data message may not go
+// between the fragments of another (RFC 6455 §5.4). Control frames do not
+// wait.
+func (c *Conn) waitStreamLocked() {
+	w := &c.wr
+	for w.streaming && !w.closed {
+		if w.streamEnd.L == nil {
+			w.streamEnd.L = &w.mu
+		}
+		w.streamEnd.Wait()
+	}
+}
+
+// NextWriter starts a message of type op (OpText or OpBinary) whose bytes
+// are written to the returned writer and sent as they go, in fragments of
+// up to Options.WriteBufferSize bytes; Close sends the last one. So a
+// message of any size costs one write buffer (and, compressed, a
+// compressor), not its size. Close must be called, also after an error.
+//
+// While the message is open, other data messages (WriteMessage, WriteJSON,
+// WritePrepared, the outbox's writes) and a second NextWriter wait for its
+// Close; control frames (pings, pongs, heartbeats, a close frame) still go
+// out between its fragments. So a handler that opens a NextWriter must
+// close it before it waits for anything that another write depends on. Once
+// a close frame has been sent or the connection has ended, NextWriter, and
+// Write and Close on an open writer, return net.ErrClosed; a failed write
+// ends the connection, as any write does. Options.WriteTimeout applies to
+// each fragment.
+//
+// When permessage-deflate was negotiated, the message is compressed as it
+// goes (RSV1 on its first frame), unless it is shorter than
+// CompressionOptions.Threshold when Close comes before its first fragment
+// is full. The writer is not safe for use by several goroutines at once.
+func (c *Conn) NextWriter(op Opcode) (io.WriteCloser, error) {
+	if op != OpText && op != OpBinary {
+		return nil, errBadOpcode
+	}
+	w := &c.wr
+	w.mu.Lock()
+	c.waitStreamLocked()
+	if err := c.writableLocked(); err != nil {
+		w.mu.Unlock()
+		return nil, err
+	}
+	w.streaming = true
+	w.mu.Unlock()
+	frag := max(c.cfg.WriteBufferSize-maxHeaderSize, minReadBufferSize)
+	return &messageWriter{c: c, op: op, frag: frag, buf: bufpool.Get(maxHeaderSize + frag)}, nil
+}
+
+// messageWriter is NextWriter's writer. Its buffers keep maxHeaderSize bytes
+// free in front of the payload, for the frame header.
+type messageWriter struct {
+	c    *Conn
+	op   Opcode // the next frame's: the message's, then continuation
+	frag int    // payload bytes per fragment
+	buf  *[]byte
+	n    int // payload bytes in buf
+	err  error
+	done bool
+
+	fw      *flate.Writer // compressing, into c.deflate.writeSink
+	decided bool          // whether to compress has been decided
+}
+
+func (mw *messageWriter) Write(p []byte) (int, error) {
+	if mw.done {
+		return 0, errClosed
+	}
+	if mw.err != nil {
+		return 0, mw.err
+	}
+	written := 0
+	for len(p) > 0 {
+		if mw.fw != nil {
+			k := min(len(p), mw.frag)
+			if err := mw.compress(p[:k]); err != nil {
+				return written, err
+			}
+			written += k
+			p = p[k:]
+			continue
+		}
+		if mw.n == mw.frag {
+			// Full, and more is coming: not the last fragment.
+			if err := mw.flushFull(); err != nil {
+				return written, err
+			}
+			continue
+		}
+		k := copy((*mw.buf)[maxHeaderSize+mw.n:maxHeaderSize+mw.frag], p)
+		mw.n += k
+		written += k
+		p = p[k:]
+	}
+	return written, nil
+}
+
+// flushFull sends the full buffer as a fragment, deciding first whether the
+// message is compressed.
+func (mw *messageWriter) flushFull() error {
+	if !mw.decided {
+		mw.decided = true
+		if d := mw.c.deflate; d != nil && mw.n >= d.threshold {
+			return mw.startCompress()
+		}
+	}
+	return mw.sendFrame(false)
+}
+
+// startCompress takes the connection's compressor (or a fresh one, which
+// the peer decodes as well) and compresses what is buffered so far. The
+// compressor writes into d.writeSink, which only data writes use, and they
+// wait for this message; d.fw stays nil meanwhile, so that the idle release
+// leaves it alone.
+func (mw *messageWriter) startCompress() error {
+	c := mw.c
+	d := c.deflate
+	c.wr.mu.Lock()
+	fw := d.fw
+	d.fw = nil
+	c.wr.mu.Unlock()
+	if fw == nil {
+		fw = d.getWriter(&d.writeSink)
+	}
+	mw.fw = fw
+	mw.op |= rsv1
+	raw := mw.buf
+	mw.buf = nil
+	d.writeSink = sink{buf: bufpool.Get(maxHeaderSize + mw.frag), n: maxHeaderSize}
+	err := mw.compress((*raw)[maxHeaderSize : maxHeaderSize+mw.n])
+	bufpool.Put(raw)
+	return err
+}
+
+// compress feeds p to the compressor and sends a fragment whenever a
+// fragment's worth of compressed bytes has come out.
+func (mw *messageWriter) compress(p []byte) error {
+	d := mw.c.deflate
+	if _, err := mw.fw.Write(p); err != nil {
+		mw.err = err
+		return err
+	}
+	if d.writeSink.n-maxHeaderSize >= mw.frag {
+		return mw.sendSink(false)
+	}
+	return nil
+}
+
+// sendSink sends the compressed bytes gathered in the sink as a frame; the
+// last one without its 4-byte sync tail (RFC 7692 §7.2.1).
+func (mw *messageWriter) sendSink(final bool) error {
+	d := mw.c.deflate
+	mw.buf, mw.n = d.writeSink.buf, d.writeSink.n-maxHeaderSize
+	if final && mw.n >= 4 {
+		mw.n -= 4
+	}
+	err := mw.sendFrame(final)
+	d.writeSink.buf, d.writeSink.n = mw.buf, maxHeaderSize
+	mw.buf = nil
+	return err
+}
+
+// sendFrame sends the payload in buf as a frame, masked on the client side.
+func (mw *messageWriter) sendFrame(final bool) error {
+	c := mw.c
+	w := &c.wr
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := c.writableLocked(); err != nil {
+		mw.err = err
+		return err
+	}
+	op := mw.op
+	if !final {
+		op |= more
+	}
+	p := (*mw.buf)[maxHeaderSize : maxHeaderSize+mw.n]
+	var key [4]byte
+	if !c.server {
+		key = w.maskSource.next()
+		mask.Apply(p, key, 0)
+	}
+	hn := putHeader(w.hdr[:], op, len(p), !c.server, key)
+	start := maxHeaderSize - hn
+	copy((*mw.buf)[start:], w.hdr[:hn])
+	if err := c.writeFramedLocked((*mw.buf)[start : maxHeaderSize+mw.n]); err != nil {
+		mw.err = err
+		return err
+	}
+	mw.op, mw.n = opContinuation, 0
+	return nil
+}
+
+// Close sends the message's last frame and lets other data messages go.
+// Calls after the first return net.ErrClosed.
+func (mw *messageWriter) Close() error {
+	if mw.done {
+		return errClosed
+	}
+	mw.done = true
+	err := mw.err
+	if err == nil {
+		err = mw.finish()
+	}
+	mw.release()
+	return err
+}
+
+// finish sends the last frame.
+func (mw *messageWriter) finish() error {
+	if mw.fw == nil && !mw.decided {
+		if d := mw.c.deflate; d != nil && mw.n >= d.threshold {
+			if err := mw.startCompress(); err != nil {
+				return err
+			}
+		}
+	}
+	if mw.fw == nil {
+		return mw.sendFrame(true)
+	}
+	if err := mw.fw.Flush(); err != nil {
+		mw.err = err
+		return err
+	}
+	return mw.sendSink(true)
+}
+
+// release gives the buffers and the compressor back (the compressor to the
+// connection, with context takeover) and ends the message for the waiting
+// writers.
+func (mw *messageWriter) release() {
+	c := mw.c
+	w := &c.wr
+	bufpool.Put(mw.buf)
+	mw.buf = nil
+	w.mu.Lock()
+	if mw.fw != nil {
+		d := c.deflate
+		bufpool.Put(d.writeSink.buf)
+		d.writeSink = sink{}
+		if d.writeNoCtx || w.closed || mw.err != nil || d.fw != nil {
+			d.putWriter(mw.fw)
+		} else {
+			d.fw = mw.fw
+			d.usedRecently = true
+			c.armIdleRelease()
+		}
+		mw.fw = nil
+	}
+	w.streaming = false
+	w.streamEnd.Broadcast()
+	w.mu.Unlock()
+}
+
+// ReadFrom writes what r yields until io.EOF, through a pooled buffer; it
+// does not close the writer.
+func (mw *messageWriter) ReadFrom(r io.Reader) (int64, error) {
+	buf := bufpool.Get(mw.frag)
+	defer bufpool.Put(buf)
+	var total int64
+	for {
+		n, err := r.Read(*buf)
+		if n > 0 {
+			if _, werr := mw.Write((*buf)[:n]); werr != nil {
+				return total, werr
+			}
+			total += int64(n)
+		}
+		if err == io.EOF {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+	}
+}
+
+// WriteFrom sends what r yields until io.EOF as one message of type op,
+// through NextWriter: the message is never held whole in memory. It returns
+// the bytes read from r and the first error; when r fails, the message
+// already started is ended as it stands and r's error returned.
+func (c *Conn) WriteFrom(op Opcode, r io.Reader) (int64, error) {
+	w, err := c.NextWriter(op)
+	if err != nil {
+		return 0, err
+	}
+	n, err := w.(*messageWriter).ReadFrom(r)
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	return n, err
+}
