@@ -2,11 +2,13 @@ package gust
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
+	"runtime"
+	"runtime/metrics"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -173,5 +175,464 @@ func TestStreamCompressedSmallOnTheWire(t *testing.T) {
 	require.Equal(t, big[:1000], s.data)
 }
 
-var _ = errors.New
-var _ = net.ErrClosed
+// streamingServer serves raw clients with a handler that runs read on each
+// message.
+func streamingServer(t *testing.T, opts *Options, read func(c *Conn, m *Message)) (*recorder, *rawClient) {
+	t.Helper()
+	h := newRecorder()
+	h.message = read
+	return h, dialRaw(t, startServer(t, h, opts), nil)
+}
+
+func requireCode(t *testing.T, err error, code StatusCode) {
+	t.Helper()
+	var pe *ProtocolError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, code, pe.Code)
+}
+
+// header encodes a masked client frame header announcing n bytes.
+func header(b0 byte, n uint64, key [4]byte) []byte {
+	h := []byte{b0, 0x80 | 127, 0, 0, 0, 0, 0, 0, 0, 0}
+	for i := 0; i < 8; i++ {
+		h[2+i] = byte(n >> (56 - 8*i))
+	}
+	return append(h, key[:]...)
+}
+
+func TestStreamInvalidUTF8FailsBeforeTheEnd(t *testing.T) {
+	t.Parallel()
+	readErr := make(chan error, 1)
+	var read atomic.Int64
+	h, c := streamingServer(t, &Options{StreamThreshold: 1024}, func(c *Conn, m *Message) {
+		require.True(t, m.Streamed())
+		n, err := io.Copy(io.Discard, m)
+		read.Store(n)
+		readErr <- err
+	})
+	p := repeat("a", 64<<10)
+	p[40000] = 0xff
+	c.send(frame(0x01, p)) // not final: the end never comes
+	c.expectClose(StatusInvalidFramePayloadData)
+	requireCode(t, <-readErr, StatusInvalidFramePayloadData)
+	require.Less(t, read.Load(), int64(40001))
+	requireCode(t, h.waitClose(t), StatusInvalidFramePayloadData)
+}
+
+func TestStreamOverMaxMessageSizeFailsWithoutBuffering(t *testing.T) {
+	t.Parallel()
+	readErr := make(chan error, 1)
+	var read atomic.Int64
+	h, c := streamingServer(t, &Options{StreamThreshold: 1024, MaxMessageSize: 256 << 10}, func(c *Conn, m *Message) {
+		n, err := io.Copy(io.Discard, m)
+		read.Store(n)
+		readErr <- err
+	})
+	c.send(frame(0x02, make([]byte, 100<<10)))
+	c.send(header(0x00, 1<<20, [4]byte{1, 2, 3, 4}), []byte("abc")) // announced, never sent
+	c.expectClose(StatusMessageTooBig)
+	requireCode(t, <-readErr, StatusMessageTooBig)
+	require.Equal(t, int64(100<<10), read.Load())
+	requireCode(t, h.waitClose(t), StatusMessageTooBig)
+}
+
+func TestStreamHandlerReturningEarlyDiscardsTheRest(t *testing.T) {
+	t.Parallel()
+	for _, how := range []string{"return", "close"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			got := make(chan []byte, 2)
+			h, c := streamingServer(t, &Options{StreamThreshold: 1024}, func(c *Conn, m *Message) {
+				if !m.Streamed() {
+					got <- bytes.Clone(m.Data)
+					return
+				}
+				p := make([]byte, 10)
+				_, err := io.ReadFull(m, p)
+				require.NoError(t, err)
+				if how == "close" {
+					m.Close()
+					_, err = m.Read(p)
+					require.ErrorIs(t, err, errStreamOver)
+				}
+				got <- p
+			})
+			big := repeat("0123456789", 15<<10)
+			c.send(frame(0x02, big[:50<<10]), frame(0x00, big[50<<10:100<<10]), frame(0x80, big[100<<10:]))
+			c.send(frame(0x81, []byte("next")))
+			require.Equal(t, big[:10], <-got)
+			require.Equal(t, []byte("next"), <-got)
+			c.send(frame(0x88, []byte{0x03, 0xe8}))
+			var ce *CloseError
+			require.ErrorAs(t, h.waitClose(t), &ce)
+		})
+	}
+}
+
+// TestStreamCompressedReturningEarly: what a handler leaves of a
+// compressed stream is inflated all the same, so that the next message,
+// which refers back into it, inflates right.
+func TestStreamCompressedReturningEarly(t *testing.T) {
+	t.Parallel()
+	opts := Options{StreamThreshold: 4 << 10}
+	opts.Compression.Enabled = true
+	got := make(chan []byte, 2)
+	sh := newRecorder()
+	sh.message = func(c *Conn, m *Message) {
+		p := make([]byte, 10)
+		n, _ := m.Read(p)
+		got <- p[:n]
+	}
+	addr := startServer(t, sh, &opts)
+	client, _, err := Dial(testContext(t), "ws://"+addr, newRecorder(), &DialOptions{Options: opts})
+	require.NoError(t, err)
+	runClient(t, client)
+	r := rand.New(rand.NewPCG(3, 4))
+	big := textOf(r, 200<<10)
+	_, err = client.WriteFrom(OpText, bytes.NewReader(big))
+	require.NoError(t, err)
+	require.NotEmpty(t, <-got)
+	require.NoError(t, client.WriteMessage(OpText, big[len(big)-4000:])) // back-references into the first
+	require.Equal(t, big[len(big)-4000:len(big)-3990], <-got)
+}
+
+func TestStreamPingBetweenFragmentsIsAnswered(t *testing.T) {
+	t.Parallel()
+	got := make(chan int, 1)
+	_, c := streamingServer(t, &Options{StreamThreshold: 1024}, func(c *Conn, m *Message) {
+		n, err := io.Copy(io.Discard, m)
+		require.NoError(t, err)
+		got <- int(n)
+	})
+	c.send(frame(0x02, make([]byte, 100<<10)), frame(0x89, []byte("p1")))
+	c.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	b0, p, err := c.readFrame()
+	require.NoError(t, err)
+	require.Equal(t, byte(0x8A), b0)
+	require.Equal(t, "p1", string(p))
+	select {
+	case <-got:
+		t.Fatal("the handler returned before the message ended")
+	default:
+	}
+	c.send(frame(0x80, make([]byte, 10)))
+	require.Equal(t, 100<<10+10, <-got)
+}
+
+func TestStreamPeerCloseMidStream(t *testing.T) {
+	t.Parallel()
+	readErr := make(chan error, 1)
+	h, c := streamingServer(t, &Options{StreamThreshold: 1024}, func(c *Conn, m *Message) {
+		_, err := io.Copy(io.Discard, m)
+		readErr <- err
+	})
+	c.send(frame(0x02, make([]byte, 10<<10)), frame(0x88, []byte{0x03, 0xe8, 'b', 'y', 'e'}))
+	c.expectClose(StatusNormalClosure)
+	var ce *CloseError
+	require.ErrorAs(t, <-readErr, &ce)
+	require.Equal(t, StatusNormalClosure, ce.Code)
+	require.ErrorAs(t, h.waitClose(t), &ce)
+	require.Equal(t, "bye", ce.Reason)
+}
+
+func TestStreamPeerGoneMidStream(t *testing.T) {
+	t.Parallel()
+	readErr := make(chan error, 1)
+	h, c := streamingServer(t, &Options{StreamThreshold: 1024}, func(c *Conn, m *Message) {
+		_, err := io.Copy(io.Discard, m)
+		readErr <- err
+	})
+	c.send(frame(0x02, make([]byte, 10<<10)))
+	time.Sleep(20 * time.Millisecond)
+	c.nc.Close()
+	require.ErrorIs(t, <-readErr, io.ErrUnexpectedEOF)
+	require.ErrorIs(t, h.waitClose(t), io.ErrUnexpectedEOF)
+	select {
+	case err := <-h.closed:
+		t.Fatalf("OnClose called twice, then with %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+// TestNextWriterHoldsDataWritesAndLetsControlFramesThrough: while a
+// NextWriter is open, WriteMessage and WriteAsync wait for its Close, a
+// ping goes out between its fragments, and the peer sees each message whole
+// and in a valid order.
+func TestNextWriterHoldsDataWritesAndLetsControlFramesThrough(t *testing.T) {
+	t.Parallel()
+	h := newRecorder()
+	c := dialRaw(t, startServer(t, h, &Options{WriteBufferSize: 4 << 10}), nil)
+	sc := h.waitOpen(t)
+	w, err := sc.NextWriter(OpBinary)
+	require.NoError(t, err)
+	big := repeat("0123456789abcdef", 2<<10) // 32 KiB: 9 fragments
+	_, err = w.Write(big[:20<<10])
+	require.NoError(t, err)
+
+	wrote := make(chan error, 1)
+	go func() { wrote <- sc.WriteMessage(OpText, []byte("second")) }()
+	queued := make(chan error, 1)
+	require.NoError(t, sc.WriteAsync(OpText, []byte("third"), func(err error) { queued <- err }))
+	require.NoError(t, sc.WritePing([]byte("between")))
+	select {
+	case err := <-wrote:
+		t.Fatalf("WriteMessage returned %v while a NextWriter was open", err)
+	case err := <-queued:
+		t.Fatalf("WriteAsync's message went out (%v) while a NextWriter was open", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	_, err = w.Write(big[20<<10:])
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
+	require.ErrorIs(t, w.Close(), net.ErrClosed)
+	_, err = w.Write([]byte("x"))
+	require.ErrorIs(t, err, net.ErrClosed)
+	require.NoError(t, <-wrote)
+	require.NoError(t, <-queued)
+
+	var msg []byte
+	fragments, pingAt := 0, -1
+	for {
+		b0, p, err := c.readFrame()
+		require.NoError(t, err)
+		switch op := Opcode(b0 & 0x0f); {
+		case op == opPing:
+			require.Equal(t, "between", string(p))
+			pingAt = fragments
+			continue
+		case fragments == 0:
+			require.Equal(t, OpBinary, op)
+		default:
+			require.Equal(t, opContinuation, op)
+		}
+		fragments++
+		msg = append(msg, p...)
+		if b0&0x80 != 0 {
+			break
+		}
+	}
+	require.Equal(t, big, msg)
+	require.Greater(t, fragments, 2)
+	require.True(t, pingAt > 0 && pingAt < fragments, "the ping came after fragment %d of %d", pingAt, fragments)
+	var rest []string
+	for range 2 {
+		b0, p, err := c.readFrame()
+		require.NoError(t, err)
+		require.Equal(t, byte(0x81), b0)
+		rest = append(rest, string(p))
+	}
+	require.ElementsMatch(t, []string{"second", "third"}, rest)
+}
+
+func TestNextWriterOnAnEndedConnection(t *testing.T) {
+	t.Parallel()
+	h := newRecorder()
+	c := dialRaw(t, startServer(t, h, &Options{WriteBufferSize: 4 << 10}), nil)
+	sc := h.waitOpen(t)
+	w, err := sc.NextWriter(OpText)
+	require.NoError(t, err)
+	_, err = w.Write([]byte("started"))
+	require.NoError(t, err)
+	waiting := make(chan error, 1)
+	go func() { waiting <- sc.WriteMessage(OpText, []byte("waits")) }()
+	c.nc.Close()
+	h.waitClose(t)
+	require.ErrorIs(t, <-waiting, net.ErrClosed)
+	_, err = w.Write(make([]byte, 16<<10))
+	require.ErrorIs(t, err, net.ErrClosed)
+	require.ErrorIs(t, w.Close(), net.ErrClosed)
+	_, err = sc.NextWriter(OpBinary)
+	require.ErrorIs(t, err, net.ErrClosed)
+	_, err = sc.WriteFrom(OpBinary, bytes.NewReader(nil))
+	require.ErrorIs(t, err, net.ErrClosed)
+	_, err = sc.NextWriter(opPing)
+	require.ErrorIs(t, err, errBadOpcode)
+}
+
+// TestNextWriterFromOnMessage: a handler that streams each message back
+// from OnMessage, while another goroutine queues messages on the same
+// connection, deadlocks nowhere, and every message arrives intact.
+func TestNextWriterFromOnMessage(t *testing.T) {
+	t.Parallel()
+	for _, compress := range []bool{false, true} {
+		t.Run(fmt.Sprintf("compress=%v", compress), func(t *testing.T) {
+			t.Parallel()
+			opts := Options{StreamThreshold: 8 << 10, WriteBufferSize: 8 << 10}
+			opts.Compression.Enabled = compress
+			sh := newRecorder()
+			sh.open = func(c *Conn) {
+				go func() {
+					for i := range 50 {
+						c.WriteAsync(OpText, []byte(fmt.Sprint("async ", i)), nil)
+					}
+				}()
+			}
+			sh.message = func(c *Conn, m *Message) {
+				w, err := c.NextWriter(m.Opcode)
+				if err != nil {
+					return
+				}
+				io.Copy(w, m)
+				w.Close()
+			}
+			addr := startServer(t, sh, &opts)
+			ch, got := newStreamRecorder()
+			client, _, err := Dial(testContext(t), "ws://"+addr, ch, &DialOptions{Options: opts})
+			require.NoError(t, err)
+			runClient(t, client)
+			r := rand.New(rand.NewPCG(5, 6))
+			var sent [][]byte
+			for i := range 10 {
+				p := payloadOf(r, OpBinary, r.IntN(100<<10))
+				sent = append(sent, p)
+				if i%2 == 0 {
+					_, err = client.WriteFrom(OpBinary, bytes.NewReader(p))
+				} else {
+					err = client.WriteMessage(OpBinary, p)
+				}
+				require.NoError(t, err)
+			}
+			var echoes [][]byte
+			asyncs := 0
+			for len(echoes) < len(sent) || asyncs < 50 {
+				s := waitStreamed(t, got)
+				require.NoError(t, s.err)
+				if s.op == OpText {
+					asyncs++
+					continue
+				}
+				echoes = append(echoes, s.data)
+			}
+			for i := range sent {
+				require.True(t, bytes.Equal(sent[i], echoes[i]), "echo %d", i)
+			}
+		})
+	}
+}
+
+// heapInUse is the bytes of heap objects the runtime counts now.
+func heapInUse() int64 {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(s)
+	return int64(s[0].Value.Uint64())
+}
+
+// peakHeap samples heapInUse every millisecond until stop is closed and
+// returns the highest value.
+func peakHeap(stop chan struct{}) chan int64 {
+	peak := make(chan int64, 1)
+	go func() {
+		var max int64
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for {
+			if h := heapInUse(); h > max {
+				max = h
+			}
+			select {
+			case <-stop:
+				peak <- max
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return peak
+}
+
+// patternReader yields n bytes of a repeating, slightly varied pattern.
+type patternReader struct{ n, off int64 }
+
+func (r *patternReader) Read(p []byte) (int, error) {
+	if r.off >= r.n {
+		return 0, io.EOF
+	}
+	p = p[:min(int64(len(p)), r.n-r.off)]
+	for i := range p {
+		x := r.off + int64(i)
+		p[i] = byte(x*7 + x>>13)
+	}
+	r.off += int64(len(p))
+	return len(p), nil
+}
+
+// TestStreamMemoryBound streams a large message between a gust client and
+// a gust server in this process and checks that the heap stays within a
+// few MiB of where it started: neither side holds the message. Not
+// parallel, so that no other test's garbage counts.
+func TestStreamMemoryBound(t *testing.T) {
+	for _, tc := range []struct {
+		compress bool
+		size     int64
+	}{{false, 64 << 20}, {true, 16 << 20}} {
+		t.Run(fmt.Sprintf("compress=%v", tc.compress), func(t *testing.T) {
+			opts := Options{StreamThreshold: 64 << 10, MaxMessageSize: -1}
+			opts.Compression.Enabled = tc.compress
+			got := make(chan int64, 1)
+			sh := newRecorder()
+			sh.message = func(c *Conn, m *Message) {
+				n, err := io.Copy(io.Discard, m)
+				if err != nil || !m.Streamed() {
+					n = -1
+				}
+				got <- n
+			}
+			addr := startServer(t, sh, &opts)
+			client, _, err := Dial(testContext(t), "ws://"+addr, newRecorder(), &DialOptions{Options: opts})
+			require.NoError(t, err)
+			runClient(t, client)
+			require.NoError(t, client.WriteMessage(OpBinary, []byte("warm up")))
+			require.Equal(t, int64(-1), <-got)
+
+			runtime.GC()
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			allocated := ms.TotalAlloc
+			base := heapInUse()
+			stop := make(chan struct{})
+			peak := peakHeap(stop)
+			n, err := client.WriteFrom(OpBinary, &patternReader{n: tc.size})
+			require.NoError(t, err)
+			require.Equal(t, tc.size, n)
+			select {
+			case n = <-got:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the message did not arrive")
+			}
+			close(stop)
+			require.Equal(t, tc.size, n)
+			grew := <-peak - base
+			runtime.ReadMemStats(&ms)
+			t.Logf("heap grew by %.1f MiB at most for a %d MiB message; %.1f MiB allocated meanwhile",
+				float64(grew)/(1<<20), tc.size>>20, float64(ms.TotalAlloc-allocated)/(1<<20))
+			require.Less(t, grew, int64(6<<20))
+		})
+	}
+}
+
+// TestStreamHugeFrameAnnouncedByteByByte: a peer that announces a huge
+// frame and sends it a byte at a time makes gust allocate by what arrives,
+// not by the header.
+func TestStreamHugeFrameAnnouncedByteByByte(t *testing.T) {
+	got := make(chan int64, 1)
+	_, c := streamingServer(t, &Options{StreamThreshold: 64 << 10, MaxMessageSize: -1}, func(c *Conn, m *Message) {
+		n, _ := io.Copy(io.Discard, m)
+		got <- n
+	})
+	runtime.GC()
+	base := heapInUse()
+	stop := make(chan struct{})
+	peak := peakHeap(stop)
+	key := [4]byte{9, 8, 7, 6}
+	c.send(header(0x82, 1<<40, key))
+	for i := range 2000 {
+		c.send([]byte{byte(i) ^ key[i&3]})
+	}
+	time.Sleep(20 * time.Millisecond)
+	close(stop)
+	grew := <-peak - base
+	t.Logf("heap grew by %d KiB", grew>>10)
+	require.Less(t, grew, int64(2<<20))
+	c.nc.Close()
+	require.Equal(t, int64(2000), <-got)
+}
