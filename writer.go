@@ -29,7 +29,7 @@ type writeState struct {
 	closed    bool
 	streaming bool      // a NextWriter is open: other data messages wait
 	streamEnd sync.Cond // signalled when it closes, or the connection ends
-	err       error // sticky: a failed write leaves the stream unusable
+	err       error     // sticky: a failed write leaves the stream unusable
 	hdr       [maxHeaderSize]byte
 
 	out        outbox // its own lock: queueing never waits for the socket
