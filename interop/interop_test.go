@@ -400,13 +400,17 @@ const matrixLegend = `Each cell is one subtest; every connection negotiates perm
 - text, binary: echoed both ways (binary: 1 KiB, ArrayBuffer in the browser); 1 MiB: a binary message echoed.
 - fragmented, peer clients: the peer sends one text message in 3 frames (websockets: an iterable; ws:
   {fin: false}); gust must deliver it whole and echo it. Gust client: the peer server sends the 3 frames,
-  gust's client delivers one message (gust has no API to send fragments). Browsers cannot send fragments: n/a.
+  gust's client delivers one message. Browsers cannot send fragments: n/a.
 - deflate: the negotiated Sec-WebSocket-Extensions holds permessage-deflate on both sides, and 256 KiB of
   text goes each way in under 64 KiB on the wire (TCP_INFO byte counts; about 1 KiB is seen).
 - close 1000 / 4001 / 4000: the client closes with that code; gust's OnClose sees a *CloseError with it
   (gust client: the peer server reports it) and the client sees it echoed.
 - server close 4002: the server closes with 4002 "server-bye" (gust's Close, or the peer server);
   the client sees code and reason (the browser in onclose, clean).
+- 200 MB stream (Python only, stream_test.go): websockets sends one 200 MB message in 64 KiB frames to
+  a gust server that streams it (Options.StreamThreshold) into a SHA-256; gust's client sends one with
+  WriteFrom to a websockets server that reads it with recv_streaming; each side checks count and hash.
+  "32 MB stream, deflate": the same with permessage-deflate, 32 MB.
 `
 
 func TestPythonClient(t *testing.T) {
