@@ -2,8 +2,10 @@ package gust_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"net/http"
@@ -567,4 +569,105 @@ func ExampleOptions_heartbeat() {
 	// silent peer cut: true
 	// true
 	// the answering peer is still connected
+}
+
+// upload streams each large message it receives to a file, a frame at a
+// time, and reports its size and SHA-256 to the sender.
+type upload struct {
+	gust.BuiltinEventHandler
+	dir string
+}
+
+func (u upload) OnMessage(c *gust.Conn, m *gust.Message) {
+	defer m.Close()
+	f, err := os.CreateTemp(u.dir, "upload-*")
+	if err != nil {
+		c.Close(gust.StatusInternalError, "")
+		return
+	}
+	defer f.Close()
+	d := sha256.New()
+	// Read works for every message: a whole one reads its Data, a streamed
+	// one (m.Streamed()) its frames as they arrive.
+	n, err := io.Copy(io.MultiWriter(f, d), m)
+	if err != nil {
+		return // the peer broke a limit or left: OnClose says which
+	}
+	c.WriteString(fmt.Sprintf("%d bytes, streamed %v, sha256 %x", n, m.Streamed(), d.Sum(nil)[:4]))
+}
+
+func ExampleMessage_Read() {
+	dir, err := os.MkdirTemp("", "uploads")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	srv := &gust.Server{Upgrader: gust.Upgrader{
+		Handler: upload{dir: dir},
+		Options: gust.Options{
+			StreamThreshold: 256 << 10, // past 256 KiB, a message is streamed
+			MaxMessageSize:  1 << 30,   // which the limit still bounds
+		},
+	}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Close()
+
+	in := newInbox()
+	client := dial("ws://"+ln.Addr().String(), in)
+	client.WriteString("small")
+	fmt.Println(<-in.messages)
+	client.WriteFrom(gust.OpBinary, io.LimitReader(zeros{}, 16<<20)) // 16 MiB, never held whole
+	fmt.Println(<-in.messages)
+	client.Close(gust.StatusNormalClosure, "")
+	<-in.closed
+	// Output:
+	// 5 bytes, streamed false, sha256 81db8ebb
+	// 16777216 bytes, streamed true, sha256 080acf35
+}
+
+// zeros reads as an endless run of zero bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
+func ExampleConn_NextWriter() {
+	in := newInbox()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := (&gust.Upgrader{Handler: in}).Upgrade(w, r)
+		if err != nil {
+			return
+		}
+		c.ReadLoop()
+	}))
+	defer srv.Close()
+	out := newInbox()
+	client := dial("ws"+strings.TrimPrefix(srv.URL, "http"), out)
+
+	// One text message written as it is produced: each Write goes out in
+	// fragments once it fills the write buffer; Close sends the last one.
+	// Other writes on the connection wait until Close.
+	w, err := client.NextWriter(gust.OpText)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for i := range 3 {
+		fmt.Fprintf(w, "line %d\n", i)
+	}
+	if err := w.Close(); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Print(<-in.messages)
+	client.Close(gust.StatusNormalClosure, "")
+	<-out.closed
+	// Output:
+	// line 0
+	// line 1
+	// line 2
 }
