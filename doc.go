@@ -127,6 +127,35 @@
 // [Conn.WriteUncompressed] sends data that is compressed already as it is.
 // [Conn.Compressed] tells whether the handshake agreed on compression.
 //
+// # Streaming
+//
+// A message need not be held whole on either side. To receive large
+// messages as they arrive, set [Options.StreamThreshold]: a message that
+// outgrows it (or whose first frame announces more) reaches OnMessage as a
+// stream, with [Message.Streamed] true and Data nil, and the handler reads
+// it with [Message.Read] (a Message is an io.Reader, whole or streamed, so
+// io.Copy(dst, m) serves both). Read reads the frames as they come, on the
+// read goroutine, even with Options.Parallel; the stream is valid only
+// until OnMessage returns, and what the handler left unread gust reads and
+// discards. The checks apply as it goes: MaxMessageSize (1009), UTF-8 of
+// text (1007, as soon as the bad byte arrives) and, compressed, the
+// inflated size; Read returns the *ProtocolError and the connection fails
+// once OnMessage returns. Control frames between the fragments are handled
+// while Read waits: pings reach OnPing, and their pongs leave before the
+// next read from the socket; a close frame is answered and ends the stream
+// with its *CloseError. A streamed message costs the read buffer and at
+// most StreamThreshold bytes (and, compressed, an inflater), whatever its
+// size.
+//
+// To send one, [Conn.NextWriter] returns an io.WriteCloser that sends the
+// message in fragments of up to Options.WriteBufferSize bytes as they fill,
+// compressed as it goes when permessage-deflate was negotiated, and the last
+// fragment on Close; [Conn.WriteFrom] sends what an io.Reader yields, such
+// as a file, through it. While a NextWriter is open, the other data
+// messages (and a second NextWriter) wait for its Close, and control frames
+// (pings, pongs, heartbeats, a close frame) still go between its fragments,
+// as RFC 6455 allows. Close it even after an error.
+//
 // # Fan-out
 //
 // To send one message to many connections, make a [PreparedMessage] once with
@@ -144,7 +173,9 @@
 //   - [Options.MaxMessageSize] (16 MiB) is the largest message a peer may
 //     send; a larger one fails the connection with 1009. Memory follows the
 //     bytes that arrived, not the length a frame header announces, and
-//     inflating a compressed message stops at the same limit.
+//     inflating a compressed message stops at the same limit. A streamed
+//     message (Options.StreamThreshold) is held to it too, without being
+//     held in memory.
 //   - [Options.WriteTimeout] (10s) ends a connection whose peer takes no
 //     bytes for that long, so that a peer that stops reading cannot hold a
 //     writer forever.
