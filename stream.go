@@ -124,16 +124,9 @@ func (s *msgStream) discard() error {
 			if err != io.EOF {
 				return err
 			}
-			break
+			return nil
 		}
 	}
-	// An inflater may stop at a final block before the frames end.
-	for !s.rawDone {
-		if _, err := s.readRaw(*buf); err != nil && err != io.EOF {
-			return err
-		}
-	}
-	return nil
 }
 
 // read reads the message's bytes, inflated if it is compressed.
@@ -163,6 +156,16 @@ func (s *msgStream) read(p []byte) (int, error) {
 	switch err {
 	case nil:
 	case io.EOF:
+		// The message ends with its last frame, not with the deflate
+		// data, which may end sooner: what follows is read and ignored,
+		// as a whole message's is, so that the frames after it are read
+		// and checked before the handler sees the end.
+		var scratch [512]byte
+		for !s.rawDone {
+			if _, err := s.readRaw(scratch[:]); err != nil && err != io.EOF {
+				return 0, err
+			}
+		}
 		if s.checkOut && !s.c.rd.utf8.Complete() {
 			s.err = protocolError(StatusInvalidFramePayloadData, "text not valid UTF-8")
 			return 0, s.err
