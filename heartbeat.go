@@ -238,8 +238,14 @@ func (hb *heartbeat) checkLocked(t uint64) {
 // policy: a connection has at most one heartbeat ping queued, since the
 // next comes only after a frame arrived. The outbox's writer sends it, or
 // corks it behind the read goroutine's writes; the outbox's lock is never
-// held while writing, so this never waits for the peer.
+// held while writing, so this never waits for the peer. While a NextWriter
+// is open, its next fragment takes the ping along as well: the outbox's
+// writer may be waiting for that message to end, with data queued before
+// the ping.
 func (c *Conn) queuePing() {
+	if c.wr.streaming.Load() {
+		c.wr.pingDue.Store(true)
+	}
 	o := &c.wr.out
 	o.mu.Lock()
 	if o.state != outboxOpen {

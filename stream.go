@@ -286,7 +286,7 @@ func (s *msgStream) nextFrame() error {
 // wait.
 func (c *Conn) waitStreamLocked() {
 	w := &c.wr
-	for w.streaming && !w.closed {
+	for w.streaming.Load() && !w.closed {
 		if w.streamEnd.L == nil {
 			w.streamEnd.L = &w.mu
 		}
@@ -325,7 +325,7 @@ func (c *Conn) NextWriter(op Opcode) (io.WriteCloser, error) {
 		w.mu.Unlock()
 		return nil, err
 	}
-	w.streaming = true
+	w.streaming.Store(true)
 	w.mu.Unlock()
 	frag := max(c.cfg.WriteBufferSize-maxHeaderSize, minReadBufferSize)
 	return &messageWriter{c: c, op: op, frag: frag, buf: bufpool.Get(maxHeaderSize + frag)}, nil
@@ -454,6 +454,12 @@ func (mw *messageWriter) sendFrame(final bool) error {
 		mw.err = err
 		return err
 	}
+	if w.pingDue.CompareAndSwap(true, false) {
+		if err := c.writeFrameLocked(opPing, nil); err != nil {
+			mw.err = err
+			return err
+		}
+	}
 	op := mw.op
 	if !final {
 		op |= more
@@ -531,7 +537,7 @@ func (mw *messageWriter) release() {
 		}
 		mw.fw = nil
 	}
-	w.streaming = false
+	w.streaming.Store(false)
 	w.streamEnd.Broadcast()
 	w.mu.Unlock()
 }

@@ -745,3 +745,48 @@ func errorClass(err error) string {
 	}
 	return fmt.Sprint("other: ", err)
 }
+
+// TestNextWriterCarriesHeartbeats: a heartbeat ping reaches a silent peer
+// while a NextWriter is open, even with the outbox's writer waiting for
+// that message with data queued before the ping, so a peer that answers
+// pings is not cut during a long stream.
+func TestNextWriterCarriesHeartbeats(t *testing.T) {
+	t.Parallel()
+	h := newRecorder()
+	c := dialRaw(t, startServer(t, h, &Options{
+		WriteBufferSize: 4 << 10, PingInterval: 100 * time.Millisecond, PingTimeout: 100 * time.Millisecond,
+	}), nil)
+	sc := h.waitOpen(t)
+	w, err := sc.NextWriter(OpBinary)
+	require.NoError(t, err)
+	queued := make(chan error, 1)
+	require.NoError(t, sc.WriteAsync(OpText, []byte("after"), func(err error) { queued <- err }))
+	go func() {
+		for range 15 {
+			if _, err := w.Write(make([]byte, 4<<10)); err != nil {
+				break
+			}
+			time.Sleep(40 * time.Millisecond)
+		}
+		w.Close()
+	}()
+	pings, n := 0, 0
+	c.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		b0, p, err := c.readFrame()
+		require.NoError(t, err, "after %d bytes and %d pings", n, pings)
+		if Opcode(b0&0x0f) == opPing {
+			pings++
+			c.send(frame(0x8A, p))
+			continue
+		}
+		n += len(p)
+		if b0&0x80 != 0 {
+			break
+		}
+	}
+	require.Equal(t, 15*4<<10, n)
+	require.GreaterOrEqual(t, pings, 2)
+	c.expectMessage(OpText, []byte("after"))
+	require.NoError(t, <-queued)
+}

@@ -27,9 +27,10 @@ type writeState struct {
 	corked    bool    // the read goroutine is dispatching: append, flush later
 	closeSent bool
 	closed    bool
-	streaming bool      // a NextWriter is open: other data messages wait
-	streamEnd sync.Cond // signalled when it closes, or the connection ends
-	err       error     // sticky: a failed write leaves the stream unusable
+	streaming atomic.Bool // a NextWriter is open: other data messages wait; set under mu
+	streamEnd sync.Cond   // signalled when it closes, or the connection ends
+	pingDue   atomic.Bool // a heartbeat ping for the open NextWriter to send between fragments
+	err       error       // sticky: a failed write leaves the stream unusable
 	hdr       [maxHeaderSize]byte
 
 	out        outbox // its own lock: queueing never waits for the socket
