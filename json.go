@@ -64,7 +64,9 @@ func (e *jsonEncoder) Write(p []byte) (int, error) {
 // no reference to Data (encoding/json copies what it keeps, and a
 // json.Unmarshaler must too), so the
 // message may be closed as soon as DecodeJSON returns. On a closed message
-// (Data is nil) it returns the error json.Unmarshal returns for empty input.
+// (Data is nil) it returns the error json.Unmarshal returns for empty input;
+// so it does on a streamed one, which has no Data: decode that with
+// json.NewDecoder(m).Decode(v).
 func (m *Message) DecodeJSON(v any) error {
 	return json.Unmarshal(m.Data, v)
 }

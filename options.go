@@ -23,7 +23,9 @@ type Options struct {
 	// WriteBufferSize is the size past which corked writes are flushed even
 	// while the read goroutine still has bytes to dispatch, and below which a
 	// frame's header and payload are copied into one buffer rather than sent
-	// with writev. Default 64 KiB. Memory: held only while writes are corked.
+	// with writev; it also bounds the fragments of a NextWriter (header
+	// included). Default 64 KiB. Memory: held only while writes are corked,
+	// and by each open NextWriter.
 	WriteBufferSize int
 
 	// MaxMessageSize is the largest message, in bytes, a peer may send; a

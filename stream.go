@@ -538,6 +538,7 @@ func (mw *messageWriter) release() {
 		mw.fw = nil
 	}
 	w.streaming.Store(false)
+	w.pingDue.Store(false) // the outbox sends a ping still due
 	w.streamEnd.Broadcast()
 	w.mu.Unlock()
 }
