@@ -306,9 +306,9 @@ func (c *Conn) waitStreamLocked() {
 // out between its fragments. So a handler that opens a NextWriter must
 // close it before it waits for anything that another write depends on. Once
 // a close frame has been sent or the connection has ended, NextWriter, and
-// Write and Close on an open writer, return net.ErrClosed; a failed write
-// ends the connection, as any write does. Options.WriteTimeout applies to
-// each fragment.
+// Write and Close on an open writer, return net.ErrClosed, or the error of
+// the write that ended the connection: a failed write ends it, as any write
+// does. Options.WriteTimeout applies to each fragment.
 //
 // When permessage-deflate was negotiated, the message is compressed as it
 // goes (RSV1 on its first frame), unless it is shorter than
