@@ -54,7 +54,41 @@ type Conn struct {
 }
 
 func newConn(nc net.Conn, cfg *config, h Event, server bool, buffered []byte, subprotocol string) *Conn {
-	c := &Conn{conn: nc, cfg: cfg, handler: h, server: server, subprotocol: subprotocol}
+	c := &Conn{cfg: cfg, handler: h, server: server}
+	c.attach(nc, buffered, subprotocol)
+	return c
+}
+
+// newPendingConn makes the Conn a server handshake hands to
+// Upgrader.OnRequest before it answers. It has no network connection yet,
+// so it behaves as a closed Conn (every write, Close and CloseNow return
+// net.ErrClosed) apart from Get, Set and Delete, and it holds nothing but
+// its own memory, so that a refused handshake simply drops it. open gives
+// it its connection.
+func newPendingConn(cfg *config, h Event) *Conn {
+	c := &Conn{cfg: cfg, handler: h, server: true}
+	c.netDone.Store(true) // WriteAsync and CloseNow refuse, as on a Conn that ended
+	return c
+}
+
+// open gives a pending Conn the connection its handshake response went out
+// on. The fields are set under the write lock, which every write takes
+// before it looks at them, and the Conn opens to writes only afterwards.
+func (c *Conn) open(nc net.Conn, buffered []byte, hs handshakeResult) {
+	c.wr.mu.Lock()
+	c.attach(nc, buffered, hs.subprotocol)
+	if hs.deflate != nil {
+		c.deflate = newDeflateState(*hs.deflate, &c.cfg.deflate, true)
+	}
+	c.wr.mu.Unlock()
+	c.netDone.Store(false)
+}
+
+// attach gives c its network connection and the bytes that came after the
+// handshake.
+func (c *Conn) attach(nc net.Conn, buffered []byte, subprotocol string) {
+	c.conn, c.subprotocol = nc, subprotocol
+	cfg := c.cfg
 	if len(buffered) > 0 {
 		c.rd.buf = bufpool.Get(max(cfg.ReadBufferSize, len(buffered)))
 		c.rd.w = copy(*c.rd.buf, buffered)
@@ -64,7 +98,6 @@ func newConn(nc net.Conn, cfg *config, h Event, server bool, buffered []byte, su
 	if cfg.Parallel > 0 {
 		c.parallel = make(chan struct{}, cfg.Parallel)
 	}
-	return c
 }
 
 // ReadLoop reads and dispatches frames until the connection ends, then
@@ -72,7 +105,10 @@ func newConn(nc net.Conn, cfg *config, h Event, server bool, buffered []byte, su
 // choice (a net/http handler may simply call it). Calls after the first
 // return at once.
 func (c *Conn) ReadLoop() {
-	if !c.started.CompareAndSwap(false, true) || c.conn == nil {
+	// A Conn without a connection (a zero one, or one whose handshake is
+	// in progress) returns before it counts as started, so that the
+	// latter still runs once it opens.
+	if c.conn == nil || !c.started.CompareAndSwap(false, true) {
 		return
 	}
 	c.startHeartbeat()

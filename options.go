@@ -150,6 +150,7 @@ type config struct {
 	Subprotocols     []string // offered (client) or supported (server), in order of preference
 	ResponseHeader   http.Header
 	CheckOrigin      func(r *http.Request) bool
+	OnRequest        func(r *http.Request, h http.Header, c *Conn) error
 	HandshakeTimeout time.Duration
 	MaxHeaderBytes   int
 	TLSConfig        *tls.Config

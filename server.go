@@ -191,7 +191,8 @@ func (s *Server) serveConn(nc net.Conn) {
 // hundred bytes, not a buffer the size of the largest head allowed.
 func (s *Server) handshake(nc net.Conn) *Conn {
 	cfg := s.config()
-	nc.SetDeadline(time.Now().Add(cfg.HandshakeTimeout))
+	deadline := time.Now().Add(cfg.HandshakeTimeout)
+	nc.SetDeadline(deadline)
 	buf := bufpool.Get(min(bufpool.MinSize, cfg.MaxHeaderBytes))
 	defer func() { bufpool.Put(buf) }() // buf is replaced as it grows
 	w := 0
@@ -234,11 +235,25 @@ func (s *Server) handshake(nc net.Conn) *Conn {
 		nc.Write(appendErrorResponse(nil, herr.Status, string(herr.Body)))
 		return nil
 	}
-	if _, err := nc.Write(cfg.appendResponse((*buf)[w:w], hs)); err != nil {
+	if cfg.OnRequest != nil {
+		// As net/http's, the request's context carries the local address;
+		// it ends with the handshake, or when its time runs out.
+		ctx := context.WithValue(context.Background(), http.LocalAddrContextKey, nc.LocalAddr())
+		ctx, cancel := context.WithDeadline(ctx, deadline)
+		defer cancel()
+		r = r.WithContext(ctx)
+	}
+	c, extra, herr := cfg.accept(r, &hs, s.handler(), nil)
+	if herr != nil {
+		writeRefusal(nc, herr)
+		return nil
+	}
+	if _, err := nc.Write(cfg.appendResponse((*buf)[w:w], hs, nil, extra)); err != nil {
 		return nil
 	}
 	nc.SetDeadline(time.Time{})
-	return newServerConn(nc, cfg, s.handler(), (*buf)[hn:w], hs) // copies the bytes after the head
+	c.open(nc, (*buf)[hn:w], hs) // copies the bytes after the head
+	return c
 }
 
 // newHTTPRequest makes the *http.Request that checkRequest and CheckOrigin

@@ -230,7 +230,9 @@ func (c *Conn) writeCloseFrame(code StatusCode, reason string) error {
 	}
 	c.wr.mu.Lock()
 	defer c.wr.mu.Unlock()
-	if c.wr.closeSent {
+	if c.wr.closeSent || c.conn == nil {
+		// A zero Conn, or one whose handshake is still in progress: no
+		// close frame counts as sent, so that the latter opens intact.
 		return errClosed
 	}
 	err := c.writeFrameLocked(opClose, p[:n])
