@@ -419,6 +419,104 @@ func ExampleHandshakeError() {
 	// Output: 403 no token
 }
 
+// welcome greets the user that OnRequest attached to the connection.
+type welcome struct{ gust.BuiltinEventHandler }
+
+func (welcome) OnOpen(c *gust.Conn) {
+	user, _ := c.Get("user")
+	c.WriteString(fmt.Sprintf("welcome, %s (%s)", user, c.Subprotocol()))
+}
+
+// users maps session cookies to users.
+var users = map[string]string{"s3cret": "ada"}
+
+// checkSession is an OnRequest: it refuses a request without a known
+// session cookie with 401 and a header and body of its own, and attaches
+// the user to the connection otherwise.
+func checkSession(r *http.Request, h http.Header, c *gust.Conn) error {
+	ck, err := r.Cookie("session")
+	if err != nil || users[ck.Value] == "" {
+		return &gust.HandshakeError{
+			Status: http.StatusUnauthorized,
+			Header: http.Header{"WWW-Authenticate": {`Bearer realm="chat"`}},
+			Body:   []byte("log in first\n"),
+		}
+	}
+	c.Set("user", users[ck.Value]) // for OnOpen and every later callback
+	h.Set("Cache-Control", "no-store")
+	if r.URL.Query().Get("v") == "2" {
+		h.Set("Sec-WebSocket-Protocol", "chat.v2") // this request's subprotocol
+	}
+	return nil
+}
+
+func ExampleUpgrader_onRequest() {
+	upgrader := &gust.Upgrader{
+		Handler:      welcome{},
+		Subprotocols: []string{"chat.v1"},
+		OnRequest:    checkSession,
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.SetCookie(w, &http.Cookie{Name: "seen", Value: "1"}) // reaches the 101 too
+		c, err := upgrader.Upgrade(w, r)
+		if err != nil {
+			return // Upgrade answered: with the 401 checkSession chose
+		}
+		c.ReadLoop()
+	}))
+	defer srv.Close()
+	url := "ws" + strings.TrimPrefix(srv.URL, "http") + "/chat"
+
+	_, _, err := gust.Dial(context.Background(), url, nil, nil)
+	var he *gust.HandshakeError
+	if errors.As(err, &he) {
+		fmt.Println(he.Status, he.Header.Get("WWW-Authenticate"), strings.TrimSpace(string(he.Body)))
+	}
+
+	in := newInbox()
+	opts := &gust.DialOptions{
+		Header:       http.Header{"Cookie": {"session=s3cret"}},
+		Subprotocols: []string{"chat.v1", "chat.v2"},
+	}
+	c, resp, err := gust.Dial(context.Background(), url+"?v=2", in, opts)
+	if err != nil {
+		log.Fatal(err)
+	}
+	go c.ReadLoop()
+	fmt.Println(<-in.messages, resp.Header.Get("Cache-Control"), resp.Cookies()[0].Name)
+	c.Close(gust.StatusNormalClosure, "")
+	<-in.closed
+	// Output:
+	// 401 Bearer realm="chat" log in first
+	// welcome, ada (chat.v2) no-store seen
+}
+
+func ExampleServer_onRequest() {
+	srv := &gust.Server{Upgrader: gust.Upgrader{
+		Handler:      welcome{},
+		Subprotocols: []string{"chat.v1"},
+		OnRequest:    checkSession, // the same callback as behind net/http
+	}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Close()
+
+	in := newInbox()
+	opts := &gust.DialOptions{Header: http.Header{"Cookie": {"session=s3cret"}}, Subprotocols: []string{"chat.v1"}}
+	c, _, err := gust.Dial(context.Background(), "ws://"+ln.Addr().String()+"/chat", in, opts)
+	if err != nil {
+		log.Fatal(err)
+	}
+	go c.ReadLoop()
+	fmt.Println(<-in.messages)
+	c.Close(gust.StatusNormalClosure, "")
+	<-in.closed
+	// Output: welcome, ada (chat.v1)
+}
+
 // greeterByName answers each message with the name stored on its connection.
 type greeterByName struct{ gust.BuiltinEventHandler }
 
