@@ -23,8 +23,8 @@
 // handler is an http.HandlerFunc; with gin, pass ctx.Writer and ctx.Request;
 // with echo, c.Response() and c.Request(). A request that is not an
 // acceptable handshake is answered (400, 403, 405, 426) and Upgrade returns
-// a [*HandshakeError]. To refuse a request for reasons of your own (no token,
-// say), answer it yourself before calling Upgrade.
+// a [*HandshakeError]. To refuse a request for reasons of your own, see the
+// handshake, below.
 //
 // The net/http server still owns the request head: set its ReadHeaderTimeout
 // and MaxHeaderBytes, since gust sees the request only once net/http has read
@@ -47,6 +47,34 @@
 // itself, since returning ends the stream, and Go's HTTP/2 server offers
 // extended CONNECT only when the process runs with GODEBUG=http2xconnect=1.
 // The Server speaks HTTP/1.1 only.
+//
+// # The handshake
+//
+// [Upgrader.OnRequest] is called for every handshake request that passed the
+// protocol's checks and CheckOrigin, on both paths and over HTTP/2 too,
+// before anything is answered and before OnOpen. It receives:
+//
+//   - the *http.Request: net/http's on an Upgrader, one built from the
+//     parsed head on a Server, with the method, URL (path and query),
+//     header fields (r.Cookie works), Host, RemoteAddr and, over TLS, the
+//     TLS state. gust does not keep it once OnRequest returns.
+//   - the header of the response, to add fields to (Set-Cookie, say); a
+//     Sec-WebSocket-Protocol set there chooses this request's subprotocol
+//     among those the client offered.
+//   - the connection-to-be: what [Conn.Set] stores there (a user ID from a
+//     cookie or a token) is there for OnOpen and every later callback. Its
+//     writes fail with net.ErrClosed until OnOpen.
+//
+// Returning nil accepts. Returning a [*HandshakeError] refuses with its
+// Status, Header and Body (a 401 with WWW-Authenticate, a redirect, a 429
+// with Retry-After); any other error refuses with 403 and no body, so that
+// its text stays on the server. Either way no Conn is made and OnOpen is
+// not called. A response field whose value holds CR or LF, or whose name is
+// not a token, is not written: the handshake is answered with 500 and the
+// mistake logged. See ExampleUpgrader_onRequest.
+//
+// On an Upgrader, fields set on the ResponseWriter before Upgrade go into
+// the handshake response too, as they would into any other.
 //
 // # The client
 //
@@ -78,7 +106,8 @@
 // message: copy what you keep. Not calling Close is safe, only slower.
 //
 // Values that belong to a connection (a user ID, a room) can be stored on it
-// with [Conn.Set] and read with [Conn.Get] from any goroutine.
+// with [Conn.Set], from OnRequest on, and read with [Conn.Get] from any
+// goroutine.
 //
 // # Writing
 //
@@ -185,7 +214,8 @@
 //
 // [*HandshakeError] is every error [Dial] returns, with the Status, Header and
 // first bytes of the Body when the server answered, and the cause in Err;
-// Upgrade returns one for a request it refused. Writes on a connection that
+// Upgrade returns one for a request it refused, and OnRequest returns one
+// to refuse with a response of its own. Writes on a connection that
 // has ended return [net.ErrClosed]; [Conn.WriteAsync] returns [ErrQueueFull]
 // or [ErrSlowConsumer] when its outbox is full, as Options.OutboxPolicy
 // says, and [Conn.Close] returns [ErrInvalidCloseCode] for a

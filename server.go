@@ -22,7 +22,10 @@ import (
 // WebSockets with other HTTP handlers.
 //
 // The embedded Upgrader holds the handler, the connections' Options and
-// the handshake's settings, which mean what they mean on an Upgrader. The
+// the handshake's settings, which mean what they mean on an Upgrader:
+// OnRequest sees each request (built from the parsed head, as an
+// *http.Request), may refuse it with any status, header fields and body,
+// and attaches data to the connection before OnOpen. The
 // zero value is ready to use. Set the fields before the first Serve and do
 // not change them afterwards.
 //

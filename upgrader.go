@@ -31,8 +31,11 @@ type Upgrader struct {
 	// (Conn.Subprotocol). Default none: no Sec-WebSocket-Protocol.
 	Subprotocols []string
 
-	// ResponseHeader is added to every 101 response (for example
-	// Set-Cookie). Default none.
+	// ResponseHeader is added to every handshake response (101, or 200
+	// over HTTP/2), for example Set-Cookie; per request, OnRequest adds
+	// fields of its own. Default none. The rules of OnRequest's h apply:
+	// the handshake's own fields are skipped, and one that would corrupt
+	// the response makes every handshake answer 500.
 	ResponseHeader http.Header
 
 	// CheckOrigin decides whether to accept a handshake, from the request's
@@ -139,7 +142,14 @@ func (u *Upgrader) handler() Event {
 // acceptable WebSocket handshake, Upgrade answers with the HTTP status RFC
 // 6455 names (400, 403 for a refused origin, 405 for a method other than
 // GET, 426 with Sec-WebSocket-Version: 13 for another version) and a short
-// body, and returns a *HandshakeError.
+// body, and returns a *HandshakeError. OnRequest, if set, sees the requests
+// that passed these checks, and may refuse them with a response of its
+// own.
+//
+// Header fields set on w before Upgrade (a cookie set by the handler or a
+// middleware) go into the handshake response, as into any response, with
+// ResponseHeader's and OnRequest's after them; they go into a refusal
+// too.
 //
 // Upgrade hijacks the connection through http.NewResponseController, so
 // middleware that wraps the ResponseWriter works if it has an Unwrap method.
