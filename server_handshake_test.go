@@ -197,3 +197,11 @@ func startServerMaxHead(t *testing.T, h Event, n int) string {
 	runServer(t, s, ln)
 	return ln.Addr().String()
 }
+
+// heapInuse is HeapInuse after a collection.
+func heapInuse() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapInuse
+}

@@ -380,3 +380,15 @@ func runServer(t *testing.T, s *Server, ln net.Listener) {
 		require.ErrorIs(t, <-done, ErrServerClosed)
 	})
 }
+
+// assertEventually polls cond every 10ms until it holds or d passes.
+func assertEventually(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
+}
