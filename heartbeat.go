@@ -252,6 +252,9 @@ func (c *Conn) queuePing() {
 	if start {
 		go c.drainOutbox()
 	}
+	if m := c.cfg.Metrics; m != nil {
+		m.Queued(c, 1) // the writer reports it leaving, as any item
+	}
 }
 
 func (w *wheel) insertLocked(hb *heartbeat) {
