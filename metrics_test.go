@@ -3,6 +3,7 @@ package gust
 import (
 	"context"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"slices"
@@ -470,4 +471,27 @@ func TestMetricsCostNoAllocation(t *testing.T) {
 	require.Less(t, without, 100.0, "fixed costs only")
 	require.LessOrEqual(t, with, without+10, "pools vary by a few; an allocation per message would add 1000")
 	require.Equal(t, int64(4*2*1000*600), m.bytes.Load(), "each run received and sent 1000 messages of 300 bytes")
+}
+
+// At level Debug, Options.Logger gets one record per connection that ends,
+// with the peer's address, the code and the cause as attributes; at the
+// default level (Info), none.
+func TestLoggerDebugRecordPerClose(t *testing.T) {
+	t.Parallel()
+	var debug, info safeBuffer
+	for _, tc := range []struct {
+		buf   *safeBuffer
+		level slog.Level
+	}{{&debug, slog.LevelDebug}, {&info, slog.LevelInfo}} {
+		logger := slog.New(slog.NewTextHandler(tc.buf, &slog.HandlerOptions{Level: tc.level}))
+		h := newRecorder()
+		c := dialRaw(t, startServer(t, h, &Options{Logger: logger}), nil)
+		c.send(frame(0x88, closePayload(4002, "done")))
+		c.expectClose(4002)
+		h.waitClose(t)
+	}
+	rec := debug.String()
+	require.Contains(t, rec, `level=DEBUG msg="gust: connection closed"`)
+	require.Regexp(t, `remote=127\.0\.0\.1:\d+ code=4002 cause=peer err=`, rec)
+	require.Empty(t, info.String())
 }
