@@ -22,9 +22,10 @@ import (
 // handshake's), from many connections at once: an implementation must be
 // safe for concurrent use, fast, and must not block, since a connection
 // waits for it; it must not panic either (gust does not recover from the
-// hook's panics). Sent is called while the Conn's writes are serialised:
-// it must not write to c or Close it (CloseNow is fine), which would
-// deadlock. Keep per-connection state, if any, with [Conn.Set].
+// hook's panics). Sent and Queued are called while the Conn holds a lock
+// of its writes or of its outbox: they must not write to c, queue on it or
+// Close it (CloseNow is fine), which would deadlock. Keep per-connection
+// state, if any, with [Conn.Set].
 //
 // Cost: with Options.Metrics nil, one nil check per event and nothing else;
 // with a Metrics set, one interface call per event, and no allocation by

@@ -205,17 +205,19 @@ func (c *Conn) enqueue(it outboxItem) error {
 		}
 	}
 	o.queue = append(roomFor(o.queue), it)
-	start := c.startWriterLocked()
-	o.mu.Unlock()
-	if start {
-		go c.drainOutbox()
-	}
 	if m := c.cfg.Metrics; m != nil {
+		// Under o.mu, so that the writer's report of taking the message
+		// comes after this one: the sum never goes below 0.
 		if full { // OutboxDropOldest made room
 			m.Queued(c, -1)
 			m.Dropped(c, 1)
 		}
 		m.Queued(c, 1)
+	}
+	start := c.startWriterLocked()
+	o.mu.Unlock()
+	if start {
+		go c.drainOutbox()
 	}
 	if dropped.done != nil {
 		dropped.done(ErrQueueFull)
