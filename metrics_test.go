@@ -495,3 +495,27 @@ func TestLoggerDebugRecordPerClose(t *testing.T) {
 	require.Regexp(t, `remote=127\.0\.0\.1:\d+ code=4002 cause=peer err=`, rec)
 	require.Empty(t, info.String())
 }
+
+// Over HTTP/2 (RFC 8441), an accepted handshake is a 200 on both sides, and
+// the connection reports as any other.
+func TestMetricsHTTP2(t *testing.T) {
+	t.Parallel()
+	ml, cl := &metricsLog{}, &metricsLog{}
+	addr := startH2(t, newEcho(), &Options{Metrics: ml})
+	url, opts := dialH2Options(t, addr)
+	opts.Options.Metrics = cl
+	h := newRecorder()
+	c, _, err := Dial(testContext(t), url, h, opts)
+	require.NoError(t, err)
+	go c.ReadLoop()
+	require.NoError(t, c.WriteString("over h2"))
+	h.expectMessage(t, OpText, []byte("over h2"))
+	require.NoError(t, c.Close(StatusNormalClosure, ""))
+	h.waitClose(t)
+	require.Equal(t, closeEvent{StatusNormalClosure, "peer"}, ml.waitClose(t))
+	require.Equal(t, closeEvent{StatusNormalClosure, "local"}, cl.waitClose(t))
+	require.Equal(t, []int{http.StatusOK}, ml.getHandshakes())
+	require.Equal(t, []int{http.StatusOK}, cl.getHandshakes())
+	require.Equal(t, []msgEvent{{OpText, 7, 7}}, ml.getReceived())
+	require.Equal(t, []msgEvent{{OpText, 7, 7}}, cl.getSent())
+}
