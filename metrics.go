@@ -22,9 +22,9 @@ import (
 // handshake's), from many connections at once: an implementation must be
 // safe for concurrent use, fast, and must not block, since a connection
 // waits for it; it must not panic either (gust does not recover from the
-// hook's panics). Sent and Queued are called while the Conn holds a lock
-// of its writes or of its outbox: they must not write to c, queue on it or
-// Close it (CloseNow is fine), which would deadlock. Keep per-connection
+// hook's panics). Sent, Queued and Dropped may be called while the Conn
+// holds a lock of its writes or of its outbox: they must not write to c,
+// queue on it or Close it (CloseNow is fine), which would deadlock. Keep per-connection
 // state, if any, with [Conn.Set].
 //
 // Cost: with Options.Metrics nil, one nil check per event and nothing else;
@@ -81,7 +81,7 @@ type Metrics interface {
 	// Closed reports that c ended, just before OnClose. code is the code of
 	// the peer's close frame if one arrived, else the code gust sent if it
 	// sent one, else 1006 (StatusAbnormalClosure: no close frame). cause
-	// is one of the causes listed above.
+	// is one of the strings listed under "Close causes".
 	Closed(c *Conn, code StatusCode, cause string)
 
 	// Received reports a data message read in full, before OnMessage (also
