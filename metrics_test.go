@@ -183,12 +183,19 @@ func TestMetricsCloseCauses(t *testing.T) {
 			want: closeEvent{StatusNormalClosure, "timeout"}, // the code gust sent
 			open: func(c *Conn) { c.Close(StatusNormalClosure, "") },
 			peer: func(t *testing.T, addr string, srv *recorder) { dialRaw(t, addr, nil); srv.waitClose(t) }}, // never answers
+		{name: "heartbeat unanswered", opts: Options{PingInterval: 50 * time.Millisecond, PingTimeout: 50 * time.Millisecond},
+			want: closeEvent{StatusAbnormalClosure, "timeout"}, // cut without a close frame
+			peer: func(t *testing.T, addr string, srv *recorder) { dialRaw(t, addr, nil); srv.waitClose(t) }}, // reads nothing, answers nothing
 		{name: "panic", opts: Options{Logger: quiet}, want: closeEvent{StatusInternalError, "panic"},
 			msg: func(*Conn, *Message) { panic("boom") },
-			peer: func(t *testing.T, addr string, _ *recorder) {
+			peer: func(t *testing.T, addr string, srv *recorder) {
 				c := dialRaw(t, addr, nil)
 				c.send(frame(0x81, []byte("x")))
-				c.expectClose(StatusInternalError)
+				b0, p, err := c.readFrame()
+				require.NoError(t, err)
+				require.Equal(t, byte(0x88), b0)
+				require.Equal(t, closePayload(StatusInternalError, ""), p)
+				srv.waitClose(t) // gust does not wait for the answer after a panic
 			}},
 		{name: "peer leaves", want: closeEvent{StatusAbnormalClosure, "io"},
 			peer: func(t *testing.T, addr string, srv *recorder) {
