@@ -106,7 +106,7 @@ func (c *Conn) run() (err error) {
 
 func (c *Conn) recovered(p any) error {
 	pe := &PanicError{Value: p, Stack: debug.Stack()}
-	c.cfg.Logger.LogAttrs(context.Background(), slog.LevelError, "gust: panic in event handler",
+	c.cfg.logger().LogAttrs(context.Background(), slog.LevelError, "gust: panic in event handler",
 		c.remoteAttr(), slog.Int("code", int(StatusInternalError)), slog.String("panic", fmt.Sprint(p)),
 		slog.String("stack", string(pe.Stack)))
 	c.writeCloseFrame(StatusInternalError, "")
@@ -204,7 +204,7 @@ func (c *Conn) callOnClose(err error) {
 	if !c.cfg.DisableRecovery {
 		defer func() {
 			if p := recover(); p != nil {
-				c.cfg.Logger.LogAttrs(context.Background(), slog.LevelError, "gust: panic in OnClose",
+				c.cfg.logger().LogAttrs(context.Background(), slog.LevelError, "gust: panic in OnClose",
 					c.remoteAttr(), slog.String("panic", fmt.Sprint(p)), slog.String("stack", string(debug.Stack())))
 			}
 		}()

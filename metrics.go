@@ -168,7 +168,8 @@ func (c *Conn) closeCause(err error, sent StatusCode) (StatusCode, string) {
 // 0 for none.
 func (c *Conn) reportClose(err error, sent StatusCode) {
 	m := c.cfg.Metrics
-	debug := c.cfg.Logger.Enabled(context.Background(), slog.LevelDebug)
+	logger := c.cfg.logger()
+	debug := logger.Enabled(context.Background(), slog.LevelDebug)
 	if m == nil && !debug {
 		return
 	}
@@ -177,7 +178,7 @@ func (c *Conn) reportClose(err error, sent StatusCode) {
 		m.Closed(c, code, cause)
 	}
 	if debug {
-		c.cfg.Logger.LogAttrs(context.Background(), slog.LevelDebug, "gust: connection closed",
+		logger.LogAttrs(context.Background(), slog.LevelDebug, "gust: connection closed",
 			c.remoteAttr(), slog.Int("code", int(code)), slog.String("cause", cause), slog.Any("err", err))
 	}
 }

@@ -119,9 +119,9 @@ type Options struct {
 	// connection that ends. The details are attributes, not text:
 	// "remote" (the peer's address), "code" (the close code), "cause"
 	// (one of the causes listed on [Metrics]), "err", and for a panic
-	// "panic" (the value) and "stack". Default: slog.Default(). Cost: none
-	// per message; a connection that ends asks the handler once whether
-	// Debug is enabled.
+	// "panic" (the value) and "stack". Default: slog.Default(), as it is
+	// when the record is made. Cost: none per message; a connection that
+	// ends asks the handler once whether Debug is enabled.
 	Logger *slog.Logger
 
 	// Metrics, when set, receives every connection's events: handshakes,
@@ -204,13 +204,18 @@ func newConfig(o Options, server bool) *config {
 	} else {
 		c.PingInterval, c.PingTimeout = 0, 0
 	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
 	c.deflate = c.Compression.rfc(server)
 	c.HandshakeTimeout = defaultHandshakeTimeout
 	c.MaxHeaderBytes = defaultMaxHeaderBytes
 	return c
+}
+
+// logger returns Options.Logger, or slog.Default() when it is nil.
+func (c *config) logger() *slog.Logger {
+	if c.Logger != nil {
+		return c.Logger
+	}
+	return slog.Default()
 }
 
 // withHandshake sets the handshake's timeout and head limit, where given.

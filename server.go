@@ -135,7 +135,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() || isTemporary(err) {
 				pause = min(max(2*pause, 5*time.Millisecond), time.Second)
-				cfg.Logger.LogAttrs(context.Background(), slog.LevelError, "gust: accept error; retrying",
+				cfg.logger().LogAttrs(context.Background(), slog.LevelError, "gust: accept error; retrying",
 					slog.String("listener", ln.Addr().String()), slog.Any("err", err), slog.Duration("retry_in", pause))
 				time.Sleep(pause)
 				continue

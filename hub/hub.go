@@ -33,7 +33,8 @@ type Options struct {
 
 	// Logger receives a record at level Warn for each message from the
 	// Broker that the Hub cannot decode, with its "topic" and the "err" as
-	// attributes. Default: slog.Default().
+	// attributes. Default: slog.Default(), as it is when the record is
+	// made.
 	Logger *slog.Logger
 }
 
@@ -126,9 +127,6 @@ func New(opts *Options) (*Hub, error) {
 	h := new(Hub)
 	if opts != nil {
 		h.broker, h.logger = opts.Broker, opts.Logger
-	}
-	if h.logger == nil {
-		h.logger = slog.Default()
 	}
 	rand.Read(h.id[:])
 	if h.broker != nil {
@@ -432,10 +430,18 @@ func (h *Hub) envelope(all bool, op gust.Opcode, p []byte) []byte {
 	return b
 }
 
+// log returns Options.Logger, or slog.Default() when it is nil.
+func (h *Hub) log() *slog.Logger {
+	if h.logger != nil {
+		return h.logger
+	}
+	return slog.Default()
+}
+
 // fromBroker delivers a message another Hub published.
 func (h *Hub) fromBroker(topic string, msg []byte) {
 	if len(msg) < envelopeHeader || msg[0] != envelopeVersion {
-		h.logger.Warn("gust: hub: ignoring a broker message that is not a hub envelope", "topic", topic)
+		h.log().Warn("gust: hub: ignoring a broker message that is not a hub envelope", "topic", topic)
 		return
 	}
 	if [8]byte(msg[3:11]) == h.id || h.closed.Load() {
@@ -443,7 +449,7 @@ func (h *Hub) fromBroker(topic string, msg []byte) {
 	}
 	pm, err := gust.NewPreparedMessage(gust.Opcode(msg[2]), msg[envelopeHeader:])
 	if err != nil {
-		h.logger.Warn("gust: hub: ignoring a broker message", "topic", topic, "err", err)
+		h.log().Warn("gust: hub: ignoring a broker message", "topic", topic, "err", err)
 		return
 	}
 	h.deliver(topic, msg[1]&envelopeAll != 0, pm)
