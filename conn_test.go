@@ -59,7 +59,7 @@ func TestPanicInCallbackClosesWith1011(t *testing.T) {
 			h := newRecorder()
 			h.message = func(c *Conn, m *Message) { panic("boom") }
 			var logged safeBuffer
-			opts := &Options{ErrorLog: newLogger(&logged)}
+			opts := &Options{Logger: newLogger(&logged)}
 			if parallel {
 				opts.Parallel = 8
 			}
@@ -73,7 +73,14 @@ func TestPanicInCallbackClosesWith1011(t *testing.T) {
 			require.ErrorAs(t, h.waitClose(t), &pe)
 			require.Equal(t, "boom", pe.Value)
 			require.Contains(t, string(pe.Stack), "panic")
-			require.Contains(t, logged.String(), "boom")
+			// One structured record: the details are attributes.
+			require.Eventually(t, func() bool { return strings.Contains(logged.String(), "panic=boom") }, 5*time.Second, time.Millisecond)
+			rec := logged.String()
+			require.Contains(t, rec, "level=ERROR")
+			require.Contains(t, rec, `msg="gust: panic in event handler"`)
+			require.Contains(t, rec, "code=1011")
+			require.Regexp(t, `remote=127\.0\.0\.1:\d+`, rec)
+			require.Regexp(t, `stack="goroutine \d+`, rec)
 		}
 	})
 }
@@ -263,11 +270,12 @@ func TestPanicInOnCloseIsRecovered(t *testing.T) {
 	t.Parallel()
 	var logged safeBuffer
 	h := &panicOnClose{newRecorder()}
-	c := dialRaw(t, startServer(t, h, &Options{ErrorLog: newLogger(&logged)}), nil)
+	c := dialRaw(t, startServer(t, h, &Options{Logger: newLogger(&logged)}), nil)
 	c.send(frame(0x88, nil))
 	h.waitClose(t)
 	require.Eventually(t, func() bool { return strings.Contains(logged.String(), "panic in OnClose") }, 5*time.Second, time.Millisecond)
-	require.Contains(t, logged.String(), "kaboom")
+	require.Contains(t, logged.String(), "panic=kaboom")
+	require.Contains(t, logged.String(), "stack=")
 }
 
 // panicOnClose panics in OnClose, once it has recorded the call.

@@ -307,6 +307,9 @@ func (c *Conn) queuePing() {
 		return
 	}
 	o.queue = append(roomFor(o.queue), outboxItem{op: opPing})
+	if m := c.cfg.Metrics; m != nil {
+		m.Queued(c, 1) // under o.mu, as enqueue does; the writer reports it leaving
+	}
 	start := c.startWriterLocked()
 	o.mu.Unlock()
 	if start {

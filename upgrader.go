@@ -101,7 +101,10 @@ func (u *Upgrader) handler() Event {
 // The Upgrader keeps the connections it made until they end, for Shutdown
 // and Close. Once either has started, Upgrade answers 503 Service
 // Unavailable and returns a *HandshakeError wrapping ErrServerClosed.
-func (u *Upgrader) Upgrade(w http.ResponseWriter, r *http.Request) (*Conn, error) {
+func (u *Upgrader) Upgrade(w http.ResponseWriter, r *http.Request) (c *Conn, err error) {
+	if m := u.config().Metrics; m != nil {
+		defer func() { m.Handshake(upgradeStatus(r, c, err)) }()
+	}
 	if !u.track.begin() {
 		w.Header().Set("Connection", "close")
 		http.Error(w, goingAwayReason, http.StatusServiceUnavailable)
@@ -109,7 +112,7 @@ func (u *Upgrader) Upgrade(w http.ResponseWriter, r *http.Request) (*Conn, error
 		herr.Err = ErrServerClosed
 		return nil, herr
 	}
-	c, err := u.upgrade(w, r)
+	c, err = u.upgrade(w, r)
 	if err != nil {
 		u.track.end()
 		return nil, err
