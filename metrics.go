@@ -100,7 +100,7 @@ type Metrics interface {
 
 	// Queued reports that n messages entered (n > 0) or left (n < 0) c's
 	// outbox: queued by WriteAsync or WritePreparedAsync (or a heartbeat's
-	// ping, which goes through the outbox too), taken by its writer
+	// ping that could not be written at once), taken by its writer
 	// goroutine, or discarded by Options.OutboxPolicy. The sum of n over
 	// all calls is the number of messages waiting in outboxes.
 	Queued(c *Conn, n int)

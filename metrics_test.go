@@ -184,7 +184,7 @@ func TestMetricsCloseCauses(t *testing.T) {
 			open: func(c *Conn) { c.Close(StatusNormalClosure, "") },
 			peer: func(t *testing.T, addr string, srv *recorder) { dialRaw(t, addr, nil); srv.waitClose(t) }}, // never answers
 		{name: "heartbeat unanswered", opts: Options{PingInterval: 50 * time.Millisecond, PingTimeout: 50 * time.Millisecond},
-			want: closeEvent{StatusAbnormalClosure, "timeout"}, // cut without a close frame
+			want: closeEvent{StatusAbnormalClosure, "timeout"},                                                // cut without a close frame
 			peer: func(t *testing.T, addr string, srv *recorder) { dialRaw(t, addr, nil); srv.waitClose(t) }}, // reads nothing, answers nothing
 		{name: "panic", opts: Options{Logger: quiet}, want: closeEvent{StatusInternalError, "panic"},
 			msg: func(*Conn, *Message) { panic("boom") },
