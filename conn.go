@@ -109,7 +109,9 @@ func (c *Conn) recovered(p any) error {
 	c.cfg.logger().LogAttrs(context.Background(), slog.LevelError, "gust: panic in event handler",
 		c.remoteAttr(), slog.Int("code", int(StatusInternalError)), slog.String("panic", fmt.Sprint(p)),
 		slog.String("stack", string(pe.Stack)))
-	c.writeCloseFrame(StatusInternalError, "")
+	// Like a protocol error: the peer's answer, unread, must not reset
+	// the connection before the 1011 is read.
+	c.failAndLinger(StatusInternalError, "")
 	return pe
 }
 

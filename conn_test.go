@@ -285,3 +285,32 @@ func (h *panicOnClose) OnClose(c *Conn, err error) {
 	h.recorder.OnClose(c, err)
 	panic("kaboom")
 }
+
+// TestPanicCloseSurvivesUnreadBytes: a peer that sent more after the
+// message that panicked reads the 1011 and then a clean end of stream, not
+// the reset that closing the socket with its bytes unread would send (a
+// reset that can destroy the 1011 itself on a real network): gust lingers
+// after a panic as after a protocol error.
+func TestPanicCloseSurvivesUnreadBytes(t *testing.T) {
+	t.Parallel()
+	h := newRecorder()
+	h.message = func(c *Conn, m *Message) { panic("boom") }
+	addr := startServer(t, h, &Options{Logger: newLogger(io.Discard)})
+	for range 5 {
+		c := dialRaw(t, addr, nil)
+		burst := frame(0x81, []byte("x"))
+		for range 64 {
+			burst = append(burst, encodeFrame(0x82, make([]byte, 4096), true)...)
+		}
+		go c.nc.Write(burst) // the server stops reading at the first frame
+		b0, p, err := c.readFrame()
+		require.NoError(t, err, "the 1011 was lost")
+		require.Equal(t, byte(0x88), b0)
+		require.Equal(t, StatusInternalError, StatusCode(binary.BigEndian.Uint16(p)))
+		c.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_, err = c.br.ReadByte()
+		require.ErrorIs(t, err, io.EOF, "want a clean end of stream after the 1011")
+		var pe *PanicError
+		require.ErrorAs(t, h.waitClose(t), &pe)
+	}
+}
