@@ -92,6 +92,9 @@ func (c *Conn) run() (err error) {
 		defer func() {
 			if p := recover(); p != nil {
 				err = c.recovered(p)
+				// Like a protocol error: the peer's answer, unread, must
+				// not reset the connection before the 1011 is read.
+				c.failAndLinger(StatusInternalError, "")
 			}
 		}()
 	}
@@ -104,14 +107,13 @@ func (c *Conn) run() (err error) {
 	return err
 }
 
+// recovered logs the panic p of a callback and returns it as a
+// *PanicError; the caller sends the 1011.
 func (c *Conn) recovered(p any) error {
 	pe := &PanicError{Value: p, Stack: debug.Stack()}
 	c.cfg.logger().LogAttrs(context.Background(), slog.LevelError, "gust: panic in event handler",
 		c.remoteAttr(), slog.Int("code", int(StatusInternalError)), slog.String("panic", fmt.Sprint(p)),
 		slog.String("stack", string(pe.Stack)))
-	// Like a protocol error: the peer's answer, unread, must not reset
-	// the connection before the 1011 is read.
-	c.failAndLinger(StatusInternalError, "")
 	return pe
 }
 

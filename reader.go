@@ -412,7 +412,10 @@ func (c *Conn) dispatch(m *Message) {
 		if !c.cfg.DisableRecovery {
 			defer func() {
 				if p := recover(); p != nil {
-					c.abort(c.recovered(p))
+					err := c.recovered(p)
+					// Not on the read goroutine: no linger, which reads.
+					c.writeCloseFrame(StatusInternalError, "")
+					c.abort(err)
 				}
 			}()
 		}
