@@ -1,7 +1,10 @@
 package gust
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net"
 	"runtime/debug"
 	"sync"
@@ -38,11 +41,12 @@ type Conn struct {
 	rw   *rawWriter  // writes with a deadline armed only to wait; nil where unsupported
 	wr   writeState
 
-	started atomic.Bool
-	closing atomic.Bool // a close frame has been sent: incoming messages are dropped
-	netDone atomic.Bool // the net.Conn has been closed
-	errMu   sync.Mutex
-	err     error // the first error that ended the connection outside the read loop
+	started  atomic.Bool
+	closing  atomic.Bool // a close frame has been sent: incoming messages are dropped
+	sentCode StatusCode  // the code of the close frame gust sent, once sent; guarded by wr.mu
+	netDone  atomic.Bool // the net.Conn has been closed
+	errMu    sync.Mutex
+	err      error // the first error that ended the connection outside the read loop
 
 	pings pingWaiters // Pings waiting for their pongs
 	hb    *heartbeat  // its place in the heartbeats' wheel while ReadLoop runs, if Options.PingInterval is set
@@ -111,6 +115,7 @@ func (c *Conn) ReadLoop() {
 	if c.conn == nil || !c.started.CompareAndSwap(false, true) {
 		return
 	}
+	c.opened()
 	c.startHeartbeat()
 	err := c.run()
 	c.finish(err)
@@ -123,6 +128,9 @@ func (c *Conn) run() (err error) {
 		defer func() {
 			if p := recover(); p != nil {
 				err = c.recovered(p)
+				// Like a protocol error: the peer's answer, unread, must
+				// not reset the connection before the 1011 is read.
+				c.failAndLinger(StatusInternalError, "")
 			}
 		}()
 	}
@@ -135,11 +143,22 @@ func (c *Conn) run() (err error) {
 	return err
 }
 
+// recovered logs the panic p of a callback and returns it as a
+// *PanicError; the caller sends the 1011.
 func (c *Conn) recovered(p any) error {
 	pe := &PanicError{Value: p, Stack: debug.Stack()}
-	c.cfg.ErrorLog.Printf("gust: panic in event handler for %v: %v\n%s", c.RemoteAddr(), p, pe.Stack)
-	c.writeCloseFrame(StatusInternalError, "")
+	c.cfg.logger().LogAttrs(context.Background(), slog.LevelError, "gust: panic in event handler",
+		c.remoteAttr(), slog.Int("code", int(StatusInternalError)), slog.String("panic", fmt.Sprint(p)),
+		slog.String("stack", string(pe.Stack)))
 	return pe
+}
+
+// opened reports the start of the connection to Options.Metrics; it is
+// called once, by whoever set c.started.
+func (c *Conn) opened() {
+	if m := c.cfg.Metrics; m != nil {
+		m.Opened(c)
+	}
 }
 
 // failLinger bounds how long a connection gust failed stays open after its
@@ -194,6 +213,7 @@ func (c *Conn) finish(err error) {
 	c.pings.end()
 	c.wr.mu.Lock()
 	c.wr.closed = true
+	sent := c.sentCode
 	c.releaseWriteBuffer()
 	if c.deflate != nil {
 		c.deflate.release()
@@ -216,6 +236,7 @@ func (c *Conn) finish(err error) {
 	if c.tracker != nil {
 		defer c.tracker.forget(c) // after OnClose: Shutdown waits for it
 	}
+	c.reportClose(err, sent)
 	c.callOnClose(err)
 }
 
@@ -223,7 +244,8 @@ func (c *Conn) callOnClose(err error) {
 	if !c.cfg.DisableRecovery {
 		defer func() {
 			if p := recover(); p != nil {
-				c.cfg.ErrorLog.Printf("gust: panic in OnClose for %v: %v\n%s", c.RemoteAddr(), p, debug.Stack())
+				c.cfg.logger().LogAttrs(context.Background(), slog.LevelError, "gust: panic in OnClose",
+					c.remoteAttr(), slog.String("panic", fmt.Sprint(p)), slog.String("stack", string(debug.Stack())))
 			}
 		}()
 	}

@@ -204,8 +204,8 @@
 //     [CloseStatus] returns its code, and 0 for any other error.
 //   - [*ProtocolError] when the peer broke the protocol or a limit: gust sent
 //     the close frame with the code the RFC names (1002, 1007, 1009) first.
-//   - [*PanicError] when a callback panicked: gust recovered, logged the
-//     stack to Options.ErrorLog and closed with 1011 (unless
+//   - [*PanicError] when a callback panicked: gust recovered, logged it
+//     with its stack to Options.Logger and closed with 1011 (unless
 //     Options.DisableRecovery is set).
 //   - [ErrServerClosed] when a Server or an Upgrader cut the connection
 //     (Close, or a Shutdown whose context ended first).
@@ -220,4 +220,29 @@
 // or [ErrSlowConsumer] when its outbox is full, as Options.OutboxPolicy
 // says, and [Conn.Close] returns [ErrInvalidCloseCode] for a
 // code that may not be sent.
+//
+// # Metrics and logs
+//
+// Set Options.Metrics to a [Metrics] to count what happens on the
+// connections those Options make: handshakes accepted and refused (by
+// status), connections opened and closed (by close code and cause: "peer",
+// "local", "protocol", "limit", "timeout", "slow", "panic", "shutdown",
+// "io"), data messages and their bytes in and out, before and after
+// compression, and messages queued in and dropped from outboxes. The hook is
+// called synchronously and must not block; unset, it costs one nil check
+// per event. The package github.com/gustws/gust/metrics implements it with
+// atomic counters that expvar publishes in one line:
+//
+//	counters := new(metrics.Counters)
+//	expvar.Publish("gust", counters)
+//	srv := &gust.Server{Upgrader: gust.Upgrader{Options: gust.Options{Metrics: counters}}}
+//
+// and the module github.com/gustws/gust/metrics/prometheus with Prometheus
+// counters and gauges, in a module of its own so that importing gust pulls
+// no Prometheus code.
+//
+// Options.Logger takes a [log/slog.Logger] (default slog.Default()): a
+// recovered panic and a Server's accept errors are records at level Error,
+// and each connection that ends is one at level Debug, with the details as
+// attributes: "remote", "code", "cause", "err", "panic" and "stack".
 package gust

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gustws/gust"
@@ -665,4 +667,89 @@ func ExampleOptions_heartbeat() {
 	// silent peer cut: true
 	// true
 	// the answering peer is still connected
+}
+
+// closeLog is a Metrics that prints how each connection ended and counts the
+// bytes received. A real one updates counters (see the package
+// github.com/gustws/gust/metrics): its methods must be quick and safe for
+// concurrent use.
+type closeLog struct {
+	received atomic.Int64
+	ended    chan string
+}
+
+func (l *closeLog) Handshake(status int) { fmt.Println("handshake:", status) }
+func (l *closeLog) Opened(*gust.Conn)    {}
+func (l *closeLog) Closed(_ *gust.Conn, code gust.StatusCode, cause string) {
+	l.ended <- fmt.Sprintf("closed: %d %s, %d bytes received", code, cause, l.received.Load())
+}
+func (l *closeLog) Received(_ *gust.Conn, _ gust.Opcode, payload, _ int) {
+	l.received.Add(int64(payload))
+}
+func (l *closeLog) Sent(*gust.Conn, gust.Opcode, int, int) {}
+func (l *closeLog) Queued(*gust.Conn, int)                 {}
+func (l *closeLog) Dropped(*gust.Conn, int)                {}
+
+func ExampleMetrics() {
+	m := &closeLog{ended: make(chan string, 1)}
+	srv := &gust.Server{Upgrader: gust.Upgrader{
+		Handler: echo{},
+		Options: gust.Options{Metrics: m}, // every connection of srv reports to m
+	}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Close()
+
+	in := newInbox()
+	client := dial("ws://"+ln.Addr().String(), in)
+	client.WriteString("hello")
+	<-in.messages
+	client.Close(gust.StatusNormalClosure, "")
+	fmt.Println(<-m.ended)
+	// Output:
+	// handshake: 101
+	// closed: 1000 peer, 5 bytes received
+}
+
+// Options.Logger takes a *slog.Logger: a panic in a callback is one record
+// whose details are attributes (here without the time, the peer's address
+// and the stack, which change from run to run).
+func ExampleOptions_logger() {
+	logger := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			switch a.Key {
+			case slog.TimeKey, "remote", "stack":
+				return slog.Attr{}
+			}
+			return a
+		},
+	}))
+	srv := &gust.Server{Upgrader: gust.Upgrader{
+		Handler: panicky{},
+		Options: gust.Options{Logger: logger},
+	}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Close()
+
+	in := newInbox()
+	client := dial("ws://"+ln.Addr().String(), in)
+	client.WriteString("hello")
+	fmt.Println(gust.CloseStatus(<-in.closed))
+	// Output:
+	// level=ERROR msg="gust: panic in event handler" code=1011 panic="cannot handle hello"
+	// InternalError
+}
+
+// panicky panics on every message.
+type panicky struct{ gust.BuiltinEventHandler }
+
+func (panicky) OnMessage(_ *gust.Conn, m *gust.Message) {
+	panic("cannot handle " + string(m.Data))
 }

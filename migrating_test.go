@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -239,4 +240,11 @@ func (s slowAPI) OnMessage(c *gust.Conn, m *gust.Message) {
 	go func() {
 		c.WriteString(s.lookup(q)) // writes are safe from any goroutine
 	}()
+}
+
+// --- from an earlier gust ---
+
+func loggerFor(legacy *log.Logger) gust.Options {
+	// before: gust.Options{ErrorLog: legacy}
+	return gust.Options{Logger: slog.New(slog.NewTextHandler(legacy.Writer(), nil))}
 }

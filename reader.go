@@ -345,6 +345,7 @@ func (c *Conn) readData(op Opcode, fin, compressed bool, length int64, key [4]by
 	if rd.msg == nil { // an empty message
 		rd.msg = bufpool.Get(0)
 	}
+	wire := rd.n
 	if rd.compressed {
 		if err := c.inflateMessage(); err != nil {
 			return err
@@ -353,6 +354,9 @@ func (c *Conn) readData(op Opcode, fin, compressed bool, length int64, key [4]by
 	}
 	if checkText && !rd.utf8.Complete() {
 		return protocolError(StatusInvalidFramePayloadData, "text not valid UTF-8")
+	}
+	if mt := c.cfg.Metrics; mt != nil {
+		mt.Received(c, rd.op, rd.n, wire)
 	}
 	m := rd.newMessage(rd.op, rd.msg, rd.n)
 	rd.msg, rd.op, rd.n = nil, 0, 0
@@ -408,7 +412,10 @@ func (c *Conn) dispatch(m *Message) {
 		if !c.cfg.DisableRecovery {
 			defer func() {
 				if p := recover(); p != nil {
-					c.abort(c.recovered(p))
+					err := c.recovered(p)
+					// Not on the read goroutine: no linger, which reads.
+					c.writeCloseFrame(StatusInternalError, "")
+					c.abort(err)
 				}
 			}()
 		}

@@ -3,6 +3,7 @@ package gust
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"runtime/debug"
@@ -54,7 +55,9 @@ func (cfg *config) callOnRequest(r *http.Request, extra http.Header, c *Conn) (h
 		defer func() {
 			if p := recover(); p != nil {
 				pe := &PanicError{Value: p, Stack: debug.Stack()}
-				cfg.ErrorLog.Printf("gust: panic in OnRequest for %s: %v\n%s", r.RemoteAddr, p, pe.Stack)
+				cfg.logger().LogAttrs(r.Context(), slog.LevelError, "gust: panic in OnRequest",
+					slog.String("remote", r.RemoteAddr), slog.Int("status", http.StatusInternalServerError),
+					slog.String("panic", fmt.Sprint(p)), slog.String("stack", string(pe.Stack)))
 				herr = &HandshakeError{Status: http.StatusInternalServerError, Err: pe}
 			}
 		}()
@@ -100,7 +103,8 @@ func (cfg *config) refusalOf(r *http.Request, err error) *HandshakeError {
 // of it.
 func (cfg *config) misuse(r *http.Request, err error) *HandshakeError {
 	err = fmt.Errorf("gust: handshake from %s: %w", r.RemoteAddr, err)
-	cfg.ErrorLog.Print(err)
+	cfg.logger().LogAttrs(r.Context(), slog.LevelError, "gust: handshake answered with 500",
+		slog.String("remote", r.RemoteAddr), slog.Int("status", http.StatusInternalServerError), slog.Any("err", err))
 	return &HandshakeError{Status: http.StatusInternalServerError, Err: err}
 }
 
@@ -221,11 +225,11 @@ func writeRefusal(nc net.Conn, herr *HandshakeError) error {
 	return err
 }
 
-// refuse answers, through an Upgrader's ResponseWriter, a handshake that
+// respondRefusal answers, through an Upgrader's ResponseWriter, a handshake that
 // accept refused: the status, header fields and body of herr, the fields
 // replacing those of the same name that w held, within timeout however
 // large the body.
-func refuse(w http.ResponseWriter, herr *HandshakeError, timeout time.Duration) {
+func respondRefusal(w http.ResponseWriter, herr *HandshakeError, timeout time.Duration) {
 	h := w.Header()
 	for k, v := range herr.Header {
 		if !refusalOwn(k) {

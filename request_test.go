@@ -8,7 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -282,7 +282,7 @@ func TestOnRequestChoosesSubprotocol(t *testing.T) {
 		opened := make(chan string, 4)
 		h.open = func(c *Conn) { opened <- c.Subprotocol() }
 		logged := &syncBuffer{}
-		addr := m.serve(t, h, &Options{ErrorLog: log.New(logged, "", 0)}, func(u *Upgrader) {
+		addr := m.serve(t, h, &Options{Logger: slog.New(slog.NewTextHandler(logged, nil))}, func(u *Upgrader) {
 			u.Subprotocols = []string{"v1.chat"}
 			u.OnRequest = func(r *http.Request, h http.Header, _ *Conn) error {
 				if p := r.URL.Query().Get("proto"); p != "" {
@@ -316,7 +316,7 @@ func TestOnRequestChoosesSubprotocol(t *testing.T) {
 		require.ErrorAs(t, err, &he)
 		require.Equal(t, http.StatusInternalServerError, he.Status)
 		require.Empty(t, he.Body)
-		require.Eventually(t, func() bool { return strings.Contains(logged.String(), `"v3.chat"`) }, 5*time.Second, 10*time.Millisecond)
+		require.Eventually(t, func() bool { return strings.Contains(logged.String(), "v3.chat") }, 5*time.Second, 10*time.Millisecond)
 	})
 }
 
@@ -438,7 +438,7 @@ func TestOnRequestInvalidFields(t *testing.T) {
 	forEachFrameMode(t, func(t *testing.T, m serverMode) {
 		h := newEcho()
 		logged := &syncBuffer{}
-		addr := m.serve(t, h, &Options{ErrorLog: log.New(logged, "", 0)}, func(u *Upgrader) {
+		addr := m.serve(t, h, &Options{Logger: slog.New(slog.NewTextHandler(logged, nil))}, func(u *Upgrader) {
 			u.OnRequest = func(r *http.Request, h http.Header, _ *Conn) error {
 				return cases[r.URL.Query().Get("case")](h)
 			}
@@ -461,7 +461,7 @@ func TestOnRequestInvalidFields(t *testing.T) {
 
 	t.Run("ResponseHeader", func(t *testing.T) {
 		forEachFrameMode(t, func(t *testing.T, m serverMode) {
-			addr := m.serve(t, newEcho(), &Options{ErrorLog: log.New(io.Discard, "", 0)}, func(u *Upgrader) {
+			addr := m.serve(t, newEcho(), &Options{Logger: slog.New(slog.DiscardHandler)}, func(u *Upgrader) {
 				u.ResponseHeader = http.Header{"X-Bad": {"a\nb"}}
 			})
 			url, opts := modeURL(t, m, addr, "/")
@@ -532,7 +532,7 @@ func TestOnRequestConnNotOpenYet(t *testing.T) {
 func TestOnRequestRefusalsLeaveNothing(t *testing.T) {
 	forEachFrameMode(t, func(t *testing.T, m serverMode) {
 		var u *Upgrader
-		addr := m.serve(t, newEcho(), &Options{ErrorLog: log.New(io.Discard, "", 0)}, func(up *Upgrader) {
+		addr := m.serve(t, newEcho(), &Options{Logger: slog.New(slog.DiscardHandler)}, func(up *Upgrader) {
 			u = up
 			up.OnRequest = func(r *http.Request, h http.Header, c *Conn) error {
 				c.Set("big", make([]byte, 1<<20))
@@ -629,4 +629,35 @@ func TestHandshakeErrorServerSideMessage(t *testing.T) {
 	require.Equal(t, "gust: handshake refused with 403 Forbidden: expired",
 		(&HandshakeError{Status: 403, Err: errors.New("expired")}).Error())
 	require.Equal(t, "gust: handshake refused with 403 Forbidden", (&HandshakeError{Status: 403}).Error())
+}
+
+// TestOnRequestMetrics: Options.Metrics sees OnRequest's outcomes as any
+// handshake's: its refusals with the status sent, its mistakes as 500, an
+// acceptance as 101 (200 over HTTP/2).
+func TestOnRequestMetrics(t *testing.T) {
+	t.Parallel()
+	forEachFrameMode(t, func(t *testing.T, m serverMode) {
+		ml := &metricsLog{}
+		addr := m.serve(t, newEcho(), &Options{Metrics: ml, Logger: slog.New(slog.DiscardHandler)}, func(u *Upgrader) {
+			u.OnRequest = func(r *http.Request, h http.Header, c *Conn) error {
+				if r.URL.Query().Get("bad") != "" {
+					h.Set("X-Bad", "\n")
+					return nil
+				}
+				return refusingOnRequest(r, h, c)
+			}
+		})
+		for _, q := range []string{"?refuse=custom", "?refuse=plain", "?refuse=wrapped", "?bad=1"} {
+			url, opts := modeURL(t, m, addr, "/"+q)
+			_, _, err := Dial(testContext(t), url, nil, opts)
+			require.Error(t, err)
+		}
+		url, opts := modeURL(t, m, addr, "/")
+		dialMode(t, url, opts)
+		accepted := http.StatusSwitchingProtocols
+		if m.name == h2Mode.name {
+			accepted = http.StatusOK
+		}
+		require.ElementsMatch(t, []int{401, 403, 429, 500, accepted}, ml.waitHandshakes(t, 5))
+	})
 }

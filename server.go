@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -137,7 +138,8 @@ func (s *Server) Serve(ln net.Listener) error {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() || isTemporary(err) {
 				pause = min(max(2*pause, 5*time.Millisecond), time.Second)
-				cfg.ErrorLog.Printf("gust: accept error: %v; retrying in %v", err, pause)
+				cfg.logger().LogAttrs(context.Background(), slog.LevelError, "gust: accept error; retrying",
+					slog.String("listener", ln.Addr().String()), slog.Any("err", err), slog.Duration("retry_in", pause))
 				time.Sleep(pause)
 				continue
 			}
@@ -212,20 +214,23 @@ func (s *Server) handshake(nc net.Conn) *Conn {
 			}
 			var he *handshake.Error
 			if errors.As(perr, &he) {
-				nc.Write(appendErrorResponse(nil, he.Status, he.Reason))
+				refuse(nc, cfg, he.Status, he.Reason)
 				return nil
 			}
 			if w == len(*buf) {
 				// An incomplete head that fills MaxHeaderBytes is longer
 				// than that.
 				if w >= cfg.MaxHeaderBytes {
-					nc.Write(appendErrorResponse(nil, http.StatusRequestHeaderFieldsTooLarge, "request head too large"))
+					refuse(nc, cfg, http.StatusRequestHeaderFieldsTooLarge, "request head too large")
 					return nil
 				}
 				buf = bufpool.Grow(buf, min(2*w, cfg.MaxHeaderBytes))
 			}
 		}
 		if err != nil {
+			if w > 0 { // a client that sent nothing is not a handshake (a TCP health check)
+				cfg.reportHandshake(0)
+			}
 			return nil
 		}
 	}
@@ -235,7 +240,7 @@ func (s *Server) handshake(nc net.Conn) *Conn {
 		hs, herr = cfg.checkRequest(r)
 	}
 	if herr != nil {
-		nc.Write(appendErrorResponse(nil, herr.Status, string(herr.Body)))
+		refuse(nc, cfg, herr.Status, string(herr.Body))
 		return nil
 	}
 	if cfg.OnRequest != nil {
@@ -249,14 +254,23 @@ func (s *Server) handshake(nc net.Conn) *Conn {
 	c, extra, herr := cfg.accept(r, &hs, s.handler(), nil)
 	if herr != nil {
 		writeRefusal(nc, herr)
+		cfg.reportHandshake(herr.Status)
 		return nil
 	}
 	if _, err := nc.Write(cfg.appendResponse((*buf)[w:w], hs, nil, extra)); err != nil {
+		cfg.reportHandshake(0)
 		return nil
 	}
+	cfg.reportHandshake(http.StatusSwitchingProtocols)
 	nc.SetDeadline(time.Time{})
 	c.open(nc, (*buf)[hn:w], hs) // copies the bytes after the head
 	return c
+}
+
+// refuse answers a handshake request with an HTTP error, and reports it.
+func refuse(nc net.Conn, cfg *config, status int, reason string) {
+	nc.Write(appendErrorResponse(nil, status, reason))
+	cfg.reportHandshake(status)
 }
 
 // newHTTPRequest makes the *http.Request that checkRequest and CheckOrigin

@@ -240,3 +240,11 @@ func BenchmarkServerHandshake(b *testing.B) {
 		run(b, s)
 	})
 }
+
+// heapInuse is HeapInuse after a collection.
+func heapInuse() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapInuse
+}

@@ -65,7 +65,7 @@ type Upgrader struct {
 	// example. A Sec-WebSocket-Protocol field set in h chooses the
 	// subprotocol for this request, instead of Subprotocols; its value
 	// must be one of those the client offered, else the handshake is
-	// answered with 500 and the mistake logged to Options.ErrorLog. The
+	// answered with 500 and the mistake logged to Options.Logger. The
 	// fields the handshake sets itself (Upgrade, Connection,
 	// Sec-WebSocket-Accept and -Extensions, Content-Length,
 	// Transfer-Encoding) are skipped. A field whose name is not a token or
@@ -166,7 +166,10 @@ func (u *Upgrader) handler() Event {
 // The Upgrader keeps the connections it made until they end, for Shutdown
 // and Close. Once either has started, Upgrade answers 503 Service
 // Unavailable and returns a *HandshakeError wrapping ErrServerClosed.
-func (u *Upgrader) Upgrade(w http.ResponseWriter, r *http.Request) (*Conn, error) {
+func (u *Upgrader) Upgrade(w http.ResponseWriter, r *http.Request) (c *Conn, err error) {
+	if m := u.config().Metrics; m != nil {
+		defer func() { m.Handshake(upgradeStatus(r, c, err)) }()
+	}
 	if !u.track.begin() {
 		w.Header().Set("Connection", "close")
 		http.Error(w, goingAwayReason, http.StatusServiceUnavailable)
@@ -180,7 +183,7 @@ func (u *Upgrader) Upgrade(w http.ResponseWriter, r *http.Request) (*Conn, error
 			u.track.end()
 		}
 	}()
-	c, err := u.upgrade(w, r)
+	c, err = u.upgrade(w, r)
 	if err != nil {
 		return nil, err
 	}
@@ -214,7 +217,7 @@ func (u *Upgrader) upgrade(w http.ResponseWriter, r *http.Request) (*Conn, error
 	// response's already.
 	c, extra, herr := cfg.accept(r, &hs, u.handler(), w.Header())
 	if herr != nil {
-		refuse(w, herr, cfg.HandshakeTimeout)
+		respondRefusal(w, herr, cfg.HandshakeTimeout)
 		return nil, herr
 	}
 	if r.ProtoMajor == 2 {
