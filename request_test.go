@@ -661,3 +661,37 @@ func TestOnRequestMetrics(t *testing.T) {
 		require.ElementsMatch(t, []int{401, 403, 429, 500, accepted}, ml.waitHandshakes(t, 5))
 	})
 }
+
+// TestOnRequestConnWrittenMeanwhile: a goroutine that OnRequest hands the
+// Conn to may write while the handshake completes: its writes fail with
+// net.ErrClosed until the Conn opens, then go out after the 101 (the race
+// detector checks that opening publishes the Conn's fields to it).
+func TestOnRequestConnWrittenMeanwhile(t *testing.T) {
+	t.Parallel()
+	forEachFrameMode(t, func(t *testing.T, m serverMode) {
+		var writers sync.WaitGroup
+		t.Cleanup(writers.Wait)
+		addr := m.serve(t, newRecorder(), nil, func(u *Upgrader) {
+			u.OnRequest = func(_ *http.Request, _ http.Header, c *Conn) error {
+				writers.Go(func() {
+					deadline := time.Now().Add(10 * time.Second)
+					for time.Now().Before(deadline) {
+						err := c.WriteAsync(OpText, []byte("early"), nil)
+						if err == nil {
+							return
+						}
+						if !errors.Is(err, net.ErrClosed) {
+							panic(err)
+						}
+						runtime.Gosched()
+					}
+				})
+				time.Sleep(5 * time.Millisecond) // let the writer try before the Conn opens
+				return nil
+			}
+		})
+		url, opts := modeURL(t, m, addr, "/")
+		_, _, ch := dialMode(t, url, opts)
+		require.Equal(t, "early", string(ch.waitMessage(t).data))
+	})
+}
