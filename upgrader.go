@@ -68,7 +68,8 @@ type Upgrader struct {
 	// answered with 500 and the mistake logged to Options.Logger. The
 	// fields the handshake sets itself (Upgrade, Connection,
 	// Sec-WebSocket-Accept and -Extensions, Content-Length,
-	// Transfer-Encoding) are skipped. A field whose name is not a token or
+	// Transfer-Encoding, and Sec-WebSocket-Protocol anywhere but in h)
+	// are skipped. A field whose name is not a token or
 	// whose value holds CR, LF or another control character but tab (in
 	// h, ResponseHeader or on the ResponseWriter) would corrupt the
 	// response: the handshake is then answered with 500, and the mistake
@@ -76,13 +77,15 @@ type Upgrader struct {
 	//
 	// c is the connection-to-be, the one OnOpen will receive: what
 	// c.Set stores is there for OnOpen and every later callback. It has no
-	// network connection until the answer is written, so until OnOpen its
-	// writes, Ping, Close and CloseNow return net.ErrClosed and
-	// RemoteAddr is nil (use r.RemoteAddr); Subprotocol and Compressed are
-	// settled after OnRequest returns. Use c only from OnRequest until
-	// OnOpen: keep registrations that need the connection (a room, a list
-	// of sessions) for OnOpen, since a handshake OnRequest accepted may
-	// still fail before it.
+	// network connection until the answer is written: until then its
+	// writes, Ping, Close and CloseNow return net.ErrClosed (from any
+	// goroutine, as always; a write from elsewhere that comes later goes
+	// out after the answer), and RemoteAddr and NetConn are nil (use
+	// r.RemoteAddr). Subprotocol, Compressed, the addresses and the
+	// deadline setters are settled when the answer has been written: call
+	// them from OnOpen on. Keep registrations that need the connection (a
+	// room, a list of sessions) for OnOpen, since a handshake OnRequest
+	// accepted may still fail before it (no OnOpen and no OnClose then).
 	//
 	// A nil error accepts the request. An error refuses it, and no Conn is
 	// made: when a *HandshakeError is in its chain (errors.As), with that
@@ -100,9 +103,9 @@ type Upgrader struct {
 	// HandshakeTimeout.
 	OnRequest func(r *http.Request, h http.Header, c *Conn) error
 
-	// HandshakeTimeout bounds the time the 101 response may take to write,
-	// and on a Server the time a client has to send its whole request
-	// after connecting. Default 10s.
+	// HandshakeTimeout bounds the time the 101 response, or a refusal
+	// OnRequest chose, may take to write, and on a Server the time a
+	// client has to send its whole request after connecting. Default 10s.
 	HandshakeTimeout time.Duration
 
 	once  sync.Once
