@@ -19,7 +19,8 @@ import (
 // Server accepts WebSocket connections on any net.Listener with its own
 // accept loop and HTTP/1.1 handshake parser, without net/http: less memory
 // and latency per connection. Every request, whatever its path, is treated
-// as a WebSocket handshake; use an Upgrader inside a net/http server to mix
+// as a WebSocket handshake (OnRequest may refuse the paths it does not
+// serve, with 404); use an Upgrader inside a net/http server to mix
 // WebSockets with other HTTP handlers.
 //
 // The embedded Upgrader holds the handler, the connections' Options and
