@@ -148,3 +148,21 @@ func BenchmarkEchoCorked(b *testing.B) {
 		b.Fatalf("echoed %d bytes for %d messages", sc.written, b.N)
 	}
 }
+
+// BenchmarkEchoCorkedMetrics is BenchmarkEchoCorked with a Metrics set
+// (atomic counters, as the metrics package's): still no allocation per
+// message.
+func BenchmarkEchoCorkedMetrics(b *testing.B) {
+	f := frame(0x81, repeat("a", 300))
+	b.ReportAllocs()
+	b.SetBytes(300)
+	sc := newStreamConn(f, b.N)
+	m := &countingMetrics{}
+	c := newConn(sc, newConfig(Options{Metrics: m}, true), echoBench{}, true, nil, "")
+	b.ResetTimer()
+	c.ReadLoop()
+	b.StopTimer()
+	if got := m.bytes.Load(); got != int64(b.N)*1200 {
+		b.Fatalf("Metrics counted %d bytes for %d messages", got, b.N)
+	}
+}

@@ -101,6 +101,9 @@ const maxRefusalBody = 1 << 10
 // connection is closed); it is nil when no response was read.
 func Dial(ctx context.Context, rawURL string, h Event, opts *DialOptions) (*Conn, *http.Response, error) {
 	c, resp, err := dial(ctx, rawURL, h, opts)
+	if opts != nil && opts.Options.Metrics != nil {
+		opts.Options.Metrics.Handshake(dialStatus(c, resp))
+	}
 	if err != nil {
 		return nil, resp, dialError(rawURL, resp, err)
 	}

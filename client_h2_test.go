@@ -167,8 +167,9 @@ func TestDialH2ContentLengthOnConnect(t *testing.T) {
 	t.Parallel()
 	u := newUpgrader(newEcho(), nil)
 	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Length", "0")
-		c, err := u.Upgrade(w, r)
+		// Upgrade drops a Content-Length set on w before it: slip one
+		// in as the 200 goes out.
+		c, err := u.Upgrade(contentLengthWriter{w}, r)
 		if err == nil {
 			c.ReadLoop()
 		}
@@ -200,6 +201,17 @@ func TestDialH2ContentLengthOnConnect(t *testing.T) {
 	require.Equal(t, 1, resp.ProtoMajor)
 	require.Equal(t, int32(2), dials.Load(), "an HTTP/2 connection, then an HTTP/1.1 one")
 }
+
+// contentLengthWriter adds content-length: 0 to the response's header as
+// it is written.
+type contentLengthWriter struct{ http.ResponseWriter }
+
+func (w contentLengthWriter) WriteHeader(status int) {
+	w.Header().Set("Content-Length", "0")
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w contentLengthWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // h2ChildEnv, set to a directory holding cert.pem and key.pem (from
 // writeCert), makes the test binary run serveH2Child instead of the tests.

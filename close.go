@@ -137,7 +137,10 @@ func (e *PanicError) Error() string {
 // On the server side, Upgrade returns one for a request it refused, after
 // answering it: Status is the HTTP status (400, 403 for a refused origin,
 // 405, 426 for another WebSocket version, ...) and Body the text of the
-// answer, which says why.
+// answer, which says why. Upgrader.OnRequest returns one to refuse a
+// request with a response of its own: Status (403 when 0), the Header
+// fields and the Body are what the client receives; Err is for the server
+// alone.
 //
 // On the client side, every error [Dial] returns is one, with the URL
 // dialed. When the server answered, Status is its status code, Header its
@@ -170,7 +173,13 @@ func refusal(status int, reason string) *HandshakeError {
 func (e *HandshakeError) Error() string {
 	status := strconv.Itoa(e.Status) + " " + http.StatusText(e.Status)
 	if e.URL == "" {
-		return "gust: handshake refused with " + status + ": " + string(e.Body)
+		switch {
+		case len(e.Body) > 0:
+			return "gust: handshake refused with " + status + ": " + string(e.Body)
+		case e.Err != nil:
+			return "gust: handshake refused with " + status + ": " + e.Err.Error()
+		}
+		return "gust: handshake refused with " + status
 	}
 	prefix := "gust: dial " + e.URL + ": "
 	if e.Err != nil {

@@ -1,7 +1,10 @@
 package gust
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net"
 	"runtime/debug"
 	"sync"
@@ -38,11 +41,12 @@ type Conn struct {
 	rw   *rawWriter  // writes with a deadline armed only to wait; nil where unsupported
 	wr   writeState
 
-	started atomic.Bool
-	closing atomic.Bool // a close frame has been sent: incoming messages are dropped
-	netDone atomic.Bool // the net.Conn has been closed
-	errMu   sync.Mutex
-	err     error // the first error that ended the connection outside the read loop
+	started  atomic.Bool
+	closing  atomic.Bool // a close frame has been sent: incoming messages are dropped
+	sentCode StatusCode  // the code of the close frame gust sent, once sent; guarded by wr.mu
+	netDone  atomic.Bool // the net.Conn has been closed
+	errMu    sync.Mutex
+	err      error // the first error that ended the connection outside the read loop
 
 	pings pingWaiters // Pings waiting for their pongs
 	hb    *heartbeat  // its place in the heartbeats' wheel while ReadLoop runs, if Options.PingInterval is set
@@ -54,7 +58,41 @@ type Conn struct {
 }
 
 func newConn(nc net.Conn, cfg *config, h Event, server bool, buffered []byte, subprotocol string) *Conn {
-	c := &Conn{conn: nc, cfg: cfg, handler: h, server: server, subprotocol: subprotocol}
+	c := &Conn{cfg: cfg, handler: h, server: server}
+	c.attach(nc, buffered, subprotocol)
+	return c
+}
+
+// newPendingConn makes the Conn a server handshake hands to
+// Upgrader.OnRequest before it answers. It has no network connection yet,
+// so it behaves as a closed Conn (every write, Close and CloseNow return
+// net.ErrClosed) apart from Get, Set and Delete, and it holds nothing but
+// its own memory, so that a refused handshake simply drops it. open gives
+// it its connection.
+func newPendingConn(cfg *config, h Event) *Conn {
+	c := &Conn{cfg: cfg, handler: h, server: true}
+	c.netDone.Store(true) // WriteAsync and CloseNow refuse, as on a Conn that ended
+	return c
+}
+
+// open gives a pending Conn the connection its handshake response went out
+// on. The fields are set under the write lock, which every write takes
+// before it looks at them, and the Conn opens to writes only afterwards.
+func (c *Conn) open(nc net.Conn, buffered []byte, hs handshakeResult) {
+	c.wr.mu.Lock()
+	c.attach(nc, buffered, hs.subprotocol)
+	if hs.deflate != nil {
+		c.deflate = newDeflateState(*hs.deflate, &c.cfg.deflate, true)
+	}
+	c.wr.mu.Unlock()
+	c.netDone.Store(false)
+}
+
+// attach gives c its network connection and the bytes that came after the
+// handshake.
+func (c *Conn) attach(nc net.Conn, buffered []byte, subprotocol string) {
+	c.conn, c.subprotocol = nc, subprotocol
+	cfg := c.cfg
 	if len(buffered) > 0 {
 		c.rd.buf = bufpool.Get(max(cfg.ReadBufferSize, len(buffered)))
 		c.rd.w = copy(*c.rd.buf, buffered)
@@ -64,7 +102,6 @@ func newConn(nc net.Conn, cfg *config, h Event, server bool, buffered []byte, su
 	if cfg.Parallel > 0 {
 		c.parallel = make(chan struct{}, cfg.Parallel)
 	}
-	return c
 }
 
 // ReadLoop reads and dispatches frames until the connection ends, then
@@ -72,9 +109,13 @@ func newConn(nc net.Conn, cfg *config, h Event, server bool, buffered []byte, su
 // choice (a net/http handler may simply call it). Calls after the first
 // return at once.
 func (c *Conn) ReadLoop() {
-	if !c.started.CompareAndSwap(false, true) || c.conn == nil {
+	// A Conn without a connection (a zero one, or one whose handshake is
+	// in progress) returns before it counts as started, so that the
+	// latter still runs once it opens.
+	if c.conn == nil || !c.started.CompareAndSwap(false, true) {
 		return
 	}
+	c.opened()
 	c.startHeartbeat()
 	err := c.run()
 	c.finish(err)
@@ -87,6 +128,9 @@ func (c *Conn) run() (err error) {
 		defer func() {
 			if p := recover(); p != nil {
 				err = c.recovered(p)
+				// Like a protocol error: the peer's answer, unread, must
+				// not reset the connection before the 1011 is read.
+				c.failAndLinger(StatusInternalError, "")
 			}
 		}()
 	}
@@ -99,11 +143,22 @@ func (c *Conn) run() (err error) {
 	return err
 }
 
+// recovered logs the panic p of a callback and returns it as a
+// *PanicError; the caller sends the 1011.
 func (c *Conn) recovered(p any) error {
 	pe := &PanicError{Value: p, Stack: debug.Stack()}
-	c.cfg.ErrorLog.Printf("gust: panic in event handler for %v: %v\n%s", c.RemoteAddr(), p, pe.Stack)
-	c.writeCloseFrame(StatusInternalError, "")
+	c.cfg.logger().LogAttrs(context.Background(), slog.LevelError, "gust: panic in event handler",
+		c.remoteAttr(), slog.Int("code", int(StatusInternalError)), slog.String("panic", fmt.Sprint(p)),
+		slog.String("stack", string(pe.Stack)))
 	return pe
+}
+
+// opened reports the start of the connection to Options.Metrics; it is
+// called once, by whoever set c.started.
+func (c *Conn) opened() {
+	if m := c.cfg.Metrics; m != nil {
+		m.Opened(c)
+	}
 }
 
 // failLinger bounds how long a connection gust failed stays open after its
@@ -159,6 +214,7 @@ func (c *Conn) finish(err error) {
 	c.wr.mu.Lock()
 	c.wr.closed = true
 	c.wr.streamEnd.Broadcast() // writes waiting for a NextWriter fail now
+	sent := c.sentCode
 	c.releaseWriteBuffer()
 	if c.deflate != nil {
 		c.deflate.release()
@@ -181,6 +237,7 @@ func (c *Conn) finish(err error) {
 	if c.tracker != nil {
 		defer c.tracker.forget(c) // after OnClose: Shutdown waits for it
 	}
+	c.reportClose(err, sent)
 	c.callOnClose(err)
 }
 
@@ -188,7 +245,8 @@ func (c *Conn) callOnClose(err error) {
 	if !c.cfg.DisableRecovery {
 		defer func() {
 			if p := recover(); p != nil {
-				c.cfg.ErrorLog.Printf("gust: panic in OnClose for %v: %v\n%s", c.RemoteAddr(), p, debug.Stack())
+				c.cfg.logger().LogAttrs(context.Background(), slog.LevelError, "gust: panic in OnClose",
+					c.remoteAttr(), slog.String("panic", fmt.Sprint(p)), slog.String("stack", string(debug.Stack())))
 			}
 		}()
 	}

@@ -59,7 +59,7 @@ func TestPanicInCallbackClosesWith1011(t *testing.T) {
 			h := newRecorder()
 			h.message = func(c *Conn, m *Message) { panic("boom") }
 			var logged safeBuffer
-			opts := &Options{ErrorLog: newLogger(&logged)}
+			opts := &Options{Logger: newLogger(&logged)}
 			if parallel {
 				opts.Parallel = 8
 			}
@@ -73,7 +73,14 @@ func TestPanicInCallbackClosesWith1011(t *testing.T) {
 			require.ErrorAs(t, h.waitClose(t), &pe)
 			require.Equal(t, "boom", pe.Value)
 			require.Contains(t, string(pe.Stack), "panic")
-			require.Contains(t, logged.String(), "boom")
+			// One structured record: the details are attributes.
+			require.Eventually(t, func() bool { return strings.Contains(logged.String(), "panic=boom") }, 5*time.Second, time.Millisecond)
+			rec := logged.String()
+			require.Contains(t, rec, "level=ERROR")
+			require.Contains(t, rec, `msg="gust: panic in event handler"`)
+			require.Contains(t, rec, "code=1011")
+			require.Regexp(t, `remote=127\.0\.0\.1:\d+`, rec)
+			require.Regexp(t, `stack="goroutine \d+`, rec)
 		}
 	})
 }
@@ -263,11 +270,12 @@ func TestPanicInOnCloseIsRecovered(t *testing.T) {
 	t.Parallel()
 	var logged safeBuffer
 	h := &panicOnClose{newRecorder()}
-	c := dialRaw(t, startServer(t, h, &Options{ErrorLog: newLogger(&logged)}), nil)
+	c := dialRaw(t, startServer(t, h, &Options{Logger: newLogger(&logged)}), nil)
 	c.send(frame(0x88, nil))
 	h.waitClose(t)
 	require.Eventually(t, func() bool { return strings.Contains(logged.String(), "panic in OnClose") }, 5*time.Second, time.Millisecond)
-	require.Contains(t, logged.String(), "kaboom")
+	require.Contains(t, logged.String(), "panic=kaboom")
+	require.Contains(t, logged.String(), "stack=")
 }
 
 // panicOnClose panics in OnClose, once it has recorded the call.
@@ -276,4 +284,33 @@ type panicOnClose struct{ *recorder }
 func (h *panicOnClose) OnClose(c *Conn, err error) {
 	h.recorder.OnClose(c, err)
 	panic("kaboom")
+}
+
+// TestPanicCloseSurvivesUnreadBytes: a peer that sent more after the
+// message that panicked reads the 1011 and then a clean end of stream, not
+// the reset that closing the socket with its bytes unread would send (a
+// reset that can destroy the 1011 itself on a real network): gust lingers
+// after a panic as after a protocol error.
+func TestPanicCloseSurvivesUnreadBytes(t *testing.T) {
+	t.Parallel()
+	h := newRecorder()
+	h.message = func(c *Conn, m *Message) { panic("boom") }
+	addr := startServer(t, h, &Options{Logger: newLogger(io.Discard)})
+	for range 5 {
+		c := dialRaw(t, addr, nil)
+		burst := frame(0x81, []byte("x"))
+		for range 64 {
+			burst = append(burst, encodeFrame(0x82, make([]byte, 4096), true)...)
+		}
+		go c.nc.Write(burst) // the server stops reading at the first frame
+		b0, p, err := c.readFrame()
+		require.NoError(t, err, "the 1011 was lost")
+		require.Equal(t, byte(0x88), b0)
+		require.Equal(t, StatusInternalError, StatusCode(binary.BigEndian.Uint16(p)))
+		c.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_, err = c.br.ReadByte()
+		require.ErrorIs(t, err, io.EOF, "want a clean end of stream after the 1011")
+		var pe *PanicError
+		require.ErrorAs(t, h.waitClose(t), &pe)
+	}
 }

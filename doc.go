@@ -23,8 +23,8 @@
 // handler is an http.HandlerFunc; with gin, pass ctx.Writer and ctx.Request;
 // with echo, c.Response() and c.Request(). A request that is not an
 // acceptable handshake is answered (400, 403, 405, 426) and Upgrade returns
-// a [*HandshakeError]. To refuse a request for reasons of your own (no token,
-// say), answer it yourself before calling Upgrade.
+// a [*HandshakeError]. To refuse a request for reasons of your own, see the
+// handshake, below.
 //
 // The net/http server still owns the request head: set its ReadHeaderTimeout
 // and MaxHeaderBytes, since gust sees the request only once net/http has read
@@ -47,6 +47,34 @@
 // itself, since returning ends the stream, and Go's HTTP/2 server offers
 // extended CONNECT only when the process runs with GODEBUG=http2xconnect=1.
 // The Server speaks HTTP/1.1 only.
+//
+// # The handshake
+//
+// [Upgrader.OnRequest] is called for every handshake request that passed the
+// protocol's checks and CheckOrigin, on both paths and over HTTP/2 too,
+// before anything is answered and before OnOpen. It receives:
+//
+//   - the *http.Request: net/http's on an Upgrader, one built from the
+//     parsed head on a Server, with the method, URL (path and query),
+//     header fields (r.Cookie works), Host, RemoteAddr and, over TLS, the
+//     TLS state. gust does not keep it once OnRequest returns.
+//   - the header of the response, to add fields to (Set-Cookie, say); a
+//     Sec-WebSocket-Protocol set there chooses this request's subprotocol
+//     among those the client offered.
+//   - the connection-to-be: what [Conn.Set] stores there (a user ID from a
+//     cookie or a token) is there for OnOpen and every later callback. Its
+//     writes fail with net.ErrClosed until OnOpen.
+//
+// Returning nil accepts. Returning a [*HandshakeError] refuses with its
+// Status, Header and Body (a 401 with WWW-Authenticate, a redirect, a 429
+// with Retry-After); any other error refuses with 403 and no body, so that
+// its text stays on the server. Either way no Conn is made and OnOpen is
+// not called. A response field whose value holds CR or LF, or whose name is
+// not a token, is not written: the handshake is answered with 500 and the
+// mistake logged. See ExampleUpgrader_onRequest.
+//
+// On an Upgrader, fields set on the ResponseWriter before Upgrade go into
+// the handshake response too, as they would into any other.
 //
 // # The client
 //
@@ -78,7 +106,8 @@
 // message: copy what you keep. Not calling Close is safe, only slower.
 //
 // Values that belong to a connection (a user ID, a room) can be stored on it
-// with [Conn.Set] and read with [Conn.Get] from any goroutine.
+// with [Conn.Set], from OnRequest on, and read with [Conn.Get] from any
+// goroutine.
 //
 // # Writing
 //
@@ -206,8 +235,8 @@
 //     [CloseStatus] returns its code, and 0 for any other error.
 //   - [*ProtocolError] when the peer broke the protocol or a limit: gust sent
 //     the close frame with the code the RFC names (1002, 1007, 1009) first.
-//   - [*PanicError] when a callback panicked: gust recovered, logged the
-//     stack to Options.ErrorLog and closed with 1011 (unless
+//   - [*PanicError] when a callback panicked: gust recovered, logged it
+//     with its stack to Options.Logger and closed with 1011 (unless
 //     Options.DisableRecovery is set).
 //   - [ErrServerClosed] when a Server or an Upgrader cut the connection
 //     (Close, or a Shutdown whose context ended first).
@@ -216,9 +245,35 @@
 //
 // [*HandshakeError] is every error [Dial] returns, with the Status, Header and
 // first bytes of the Body when the server answered, and the cause in Err;
-// Upgrade returns one for a request it refused. Writes on a connection that
+// Upgrade returns one for a request it refused, and OnRequest returns one
+// to refuse with a response of its own. Writes on a connection that
 // has ended return [net.ErrClosed]; [Conn.WriteAsync] returns [ErrQueueFull]
 // or [ErrSlowConsumer] when its outbox is full, as Options.OutboxPolicy
 // says, and [Conn.Close] returns [ErrInvalidCloseCode] for a
 // code that may not be sent.
+//
+// # Metrics and logs
+//
+// Set Options.Metrics to a [Metrics] to count what happens on the
+// connections those Options make: handshakes accepted and refused (by
+// status), connections opened and closed (by close code and cause: "peer",
+// "local", "protocol", "limit", "timeout", "slow", "panic", "shutdown",
+// "io"), data messages and their bytes in and out, before and after
+// compression, and messages queued in and dropped from outboxes. The hook is
+// called synchronously and must not block; unset, it costs one nil check
+// per event. The package github.com/gustws/gust/metrics implements it with
+// atomic counters that expvar publishes in one line:
+//
+//	counters := new(metrics.Counters)
+//	expvar.Publish("gust", counters)
+//	srv := &gust.Server{Upgrader: gust.Upgrader{Options: gust.Options{Metrics: counters}}}
+//
+// and the module github.com/gustws/gust/metrics/prometheus with Prometheus
+// counters and gauges, in a module of its own so that importing gust pulls
+// no Prometheus code.
+//
+// Options.Logger takes a [log/slog.Logger] (default slog.Default()): a
+// recovered panic and a Server's accept errors are records at level Error,
+// and each connection that ends is one at level Debug, with the details as
+// attributes: "remote", "code", "cause", "err", "panic" and "stack".
 package gust

@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gustws/gust"
@@ -421,6 +423,104 @@ func ExampleHandshakeError() {
 	// Output: 403 no token
 }
 
+// welcome greets the user that OnRequest attached to the connection.
+type welcome struct{ gust.BuiltinEventHandler }
+
+func (welcome) OnOpen(c *gust.Conn) {
+	user, _ := c.Get("user")
+	c.WriteString(fmt.Sprintf("welcome, %s (%s)", user, c.Subprotocol()))
+}
+
+// users maps session cookies to users.
+var users = map[string]string{"s3cret": "ada"}
+
+// checkSession is an OnRequest: it refuses a request without a known
+// session cookie with 401 and a header and body of its own, and attaches
+// the user to the connection otherwise.
+func checkSession(r *http.Request, h http.Header, c *gust.Conn) error {
+	ck, err := r.Cookie("session")
+	if err != nil || users[ck.Value] == "" {
+		return &gust.HandshakeError{
+			Status: http.StatusUnauthorized,
+			Header: http.Header{"WWW-Authenticate": {`Bearer realm="chat"`}},
+			Body:   []byte("log in first\n"),
+		}
+	}
+	c.Set("user", users[ck.Value]) // for OnOpen and every later callback
+	h.Set("Cache-Control", "no-store")
+	if r.URL.Query().Get("v") == "2" {
+		h.Set("Sec-WebSocket-Protocol", "chat.v2") // this request's subprotocol
+	}
+	return nil
+}
+
+func ExampleUpgrader_onRequest() {
+	upgrader := &gust.Upgrader{
+		Handler:      welcome{},
+		Subprotocols: []string{"chat.v1"},
+		OnRequest:    checkSession,
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.SetCookie(w, &http.Cookie{Name: "seen", Value: "1"}) // reaches the 101 too
+		c, err := upgrader.Upgrade(w, r)
+		if err != nil {
+			return // Upgrade answered: with the 401 checkSession chose
+		}
+		c.ReadLoop()
+	}))
+	defer srv.Close()
+	url := "ws" + strings.TrimPrefix(srv.URL, "http") + "/chat"
+
+	_, _, err := gust.Dial(context.Background(), url, nil, nil)
+	var he *gust.HandshakeError
+	if errors.As(err, &he) {
+		fmt.Println(he.Status, he.Header.Get("WWW-Authenticate"), strings.TrimSpace(string(he.Body)))
+	}
+
+	in := newInbox()
+	opts := &gust.DialOptions{
+		Header:       http.Header{"Cookie": {"session=s3cret"}},
+		Subprotocols: []string{"chat.v1", "chat.v2"},
+	}
+	c, resp, err := gust.Dial(context.Background(), url+"?v=2", in, opts)
+	if err != nil {
+		log.Fatal(err)
+	}
+	go c.ReadLoop()
+	fmt.Println(<-in.messages, resp.Header.Get("Cache-Control"), resp.Cookies()[0].Name)
+	c.Close(gust.StatusNormalClosure, "")
+	<-in.closed
+	// Output:
+	// 401 Bearer realm="chat" log in first
+	// welcome, ada (chat.v2) no-store seen
+}
+
+func ExampleServer_onRequest() {
+	srv := &gust.Server{Upgrader: gust.Upgrader{
+		Handler:      welcome{},
+		Subprotocols: []string{"chat.v1"},
+		OnRequest:    checkSession, // the same callback as behind net/http
+	}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Close()
+
+	in := newInbox()
+	opts := &gust.DialOptions{Header: http.Header{"Cookie": {"session=s3cret"}}, Subprotocols: []string{"chat.v1"}}
+	c, _, err := gust.Dial(context.Background(), "ws://"+ln.Addr().String()+"/chat", in, opts)
+	if err != nil {
+		log.Fatal(err)
+	}
+	go c.ReadLoop()
+	fmt.Println(<-in.messages)
+	c.Close(gust.StatusNormalClosure, "")
+	<-in.closed
+	// Output: welcome, ada (chat.v1)
+}
+
 // greeterByName answers each message with the name stored on its connection.
 type greeterByName struct{ gust.BuiltinEventHandler }
 
@@ -569,6 +669,91 @@ func ExampleOptions_heartbeat() {
 	// silent peer cut: true
 	// true
 	// the answering peer is still connected
+}
+
+// closeLog is a Metrics that prints how each connection ended and counts the
+// bytes received. A real one updates counters (see the package
+// github.com/gustws/gust/metrics): its methods must be quick and safe for
+// concurrent use.
+type closeLog struct {
+	received atomic.Int64
+	ended    chan string
+}
+
+func (l *closeLog) Handshake(status int) { fmt.Println("handshake:", status) }
+func (l *closeLog) Opened(*gust.Conn)    {}
+func (l *closeLog) Closed(_ *gust.Conn, code gust.StatusCode, cause string) {
+	l.ended <- fmt.Sprintf("closed: %d %s, %d bytes received", code, cause, l.received.Load())
+}
+func (l *closeLog) Received(_ *gust.Conn, _ gust.Opcode, payload, _ int) {
+	l.received.Add(int64(payload))
+}
+func (l *closeLog) Sent(*gust.Conn, gust.Opcode, int, int) {}
+func (l *closeLog) Queued(*gust.Conn, int)                 {}
+func (l *closeLog) Dropped(*gust.Conn, int)                {}
+
+func ExampleMetrics() {
+	m := &closeLog{ended: make(chan string, 1)}
+	srv := &gust.Server{Upgrader: gust.Upgrader{
+		Handler: echo{},
+		Options: gust.Options{Metrics: m}, // every connection of srv reports to m
+	}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Close()
+
+	in := newInbox()
+	client := dial("ws://"+ln.Addr().String(), in)
+	client.WriteString("hello")
+	<-in.messages
+	client.Close(gust.StatusNormalClosure, "")
+	fmt.Println(<-m.ended)
+	// Output:
+	// handshake: 101
+	// closed: 1000 peer, 5 bytes received
+}
+
+// Options.Logger takes a *slog.Logger: a panic in a callback is one record
+// whose details are attributes (here without the time, the peer's address
+// and the stack, which change from run to run).
+func ExampleOptions_logger() {
+	logger := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			switch a.Key {
+			case slog.TimeKey, "remote", "stack":
+				return slog.Attr{}
+			}
+			return a
+		},
+	}))
+	srv := &gust.Server{Upgrader: gust.Upgrader{
+		Handler: panicky{},
+		Options: gust.Options{Logger: logger},
+	}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Close()
+
+	in := newInbox()
+	client := dial("ws://"+ln.Addr().String(), in)
+	client.WriteString("hello")
+	fmt.Println(gust.CloseStatus(<-in.closed))
+	// Output:
+	// level=ERROR msg="gust: panic in event handler" code=1011 panic="cannot handle hello"
+	// InternalError
+}
+
+// panicky panics on every message.
+type panicky struct{ gust.BuiltinEventHandler }
+
+func (panicky) OnMessage(_ *gust.Conn, m *gust.Message) {
+	panic("cannot handle " + string(m.Data))
 }
 
 // upload streams each large message it receives to a file, a frame at a

@@ -14,16 +14,29 @@ import (
 // of the HTTP/2 stream: frames are read from the request body and written
 // to the ResponseWriter, flushed once per corked batch so that a batch
 // leaves in as few DATA frames as flow control allows.
-func (u *Upgrader) upgradeH2(w http.ResponseWriter, r *http.Request, cfg *config, hs handshakeResult) (*Conn, error) {
+//
+// The response carries the fields set on w before Upgrade, then
+// ResponseHeader's and extra's (OnRequest's), except those the handshake
+// sets itself; accept has checked them all.
+func (u *Upgrader) upgradeH2(w http.ResponseWriter, r *http.Request, cfg *config, c *Conn, hs handshakeResult, extra http.Header) (*Conn, error) {
 	h := w.Header()
+	for k := range h {
+		if responseOwn(k) {
+			delete(h, k)
+		}
+	}
 	if hs.subprotocol != "" {
 		h.Set("Sec-WebSocket-Protocol", hs.subprotocol)
 	}
 	if hs.deflate != nil {
 		h.Set("Sec-WebSocket-Extensions", hs.deflate.String())
 	}
-	for k, v := range cfg.ResponseHeader {
-		h[k] = append(h[k], v...)
+	for _, fields := range [...]http.Header{cfg.ResponseHeader, extra} {
+		for k, v := range fields {
+			if !responseOwn(k) {
+				h[k] = append(h[k], v...)
+			}
+		}
 	}
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
@@ -35,7 +48,8 @@ func (u *Upgrader) upgradeH2(w http.ResponseWriter, r *http.Request, cfg *config
 	if la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
 		s.local = la
 	}
-	return newServerConn(s, cfg, u.handler(), nil, hs), nil
+	c.open(s, nil, hs)
+	return c, nil
 }
 
 // h2Stream is a net.Conn over one HTTP/2 stream of a handler. Writes come

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/gustws/gust/internal/bufpool"
 )
 
 // Heartbeats (Options.PingInterval) run on timing wheels that every
@@ -57,6 +59,10 @@ type wheel struct {
 	slots [wheelSlots]*heartbeat // heads of doubly linked lists through prev and next
 	conns int
 	quit  chan struct{} // closed to stop the goroutine; nil when none runs
+
+	// ping lists the connections a tick found silent, pinged once w.mu is
+	// released; owned by the wheel's goroutine, kept between ticks.
+	ping []*Conn
 }
 
 // wheels holds a wheel per tick length in use, for the life of the process
@@ -175,13 +181,18 @@ func (w *wheel) run(quit chan struct{}) {
 		}
 		w.advanceLocked()
 		w.mu.Unlock()
+		for i, c := range w.ping {
+			c.sendHeartbeatPing()
+			w.ping[i] = nil
+		}
+		w.ping = w.ping[:0]
 	}
 }
 
-// advanceLocked counts a tick and checks the connections due at it. Nothing
-// here waits for a peer: a ping is queued in the connection's outbox (its
-// writer goroutine, or the read goroutine's flush, writes it), and a
-// connection is cut on a goroutine of its own.
+// advanceLocked counts a tick and checks the connections due at it, and
+// lists those to ping in w.ping. Nothing here or in the pings waits for a
+// peer (sendHeartbeatPing), and a connection is cut on a goroutine of its
+// own.
 func (w *wheel) advanceLocked() {
 	t := w.now.Add(1)
 	slot := &w.slots[t%wheelSlots]
@@ -189,18 +200,20 @@ func (w *wheel) advanceLocked() {
 		next := hb.next
 		if hb.due <= t {
 			w.removeLocked(hb)
-			hb.checkLocked(t)
+			if hb.checkLocked(t) {
+				w.ping = append(w.ping, hb.c)
+			}
 			w.insertLocked(hb)
 		}
 		hb = next
 	}
 }
 
-// checkLocked checks its connection at tick t: it pings one silent for
-// PingInterval, cuts one still silent PingTimeout after the ping, and
-// schedules the next check (a connection cut stays in the wheel until its
-// ReadLoop ends).
-func (hb *heartbeat) checkLocked(t uint64) {
+// checkLocked checks its connection at tick t: it reports one silent for
+// PingInterval as due a ping, cuts one still silent PingTimeout after the
+// ping, and schedules the next check (a connection cut stays in the wheel
+// until its ReadLoop ends).
+func (hb *heartbeat) checkLocked(t uint64) (ping bool) {
 	c := hb.c
 	interval, timeout := c.cfg.pingTicks, c.cfg.pingTimeoutTicks
 	seen := hb.seen.Load()
@@ -219,19 +232,66 @@ func (hb *heartbeat) checkLocked(t uint64) {
 			// not on the wheel's goroutine.
 			go c.abort(err)
 			hb.due = t + interval
-			return
+			return false
 		}
 		hb.due = hb.pinged + timeout
 	case t-seen > interval:
 		// The wait began at tick seen or up to a tick later: a ping only
 		// once the silence has surely lasted PingInterval.
-		c.queuePing()
 		hb.pinged = t
 		hb.due = t + timeout
+		return true
 	default:
 		hb.pinged = 0
 		hb.due = seen + interval + 1
 	}
+	return false
+}
+
+// sendHeartbeatPing sends c an empty ping from the wheel's goroutine, which
+// must never wait for a peer. An idle connection, the usual one to ping,
+// has its write lock free, nothing corked and room in its socket: the
+// frame is written there and then, which costs one system call and no
+// allocation. Otherwise the ping is queued in c's outbox, whose writer
+// goroutine (or the read goroutine's flush) sends it.
+func (c *Conn) sendHeartbeatPing() {
+	if !c.tryPingNow() {
+		c.queuePing()
+	}
+}
+
+// tryPingNow writes an empty ping if that cannot wait, and reports whether
+// it did. A frame the socket took only part of (it had room for less than
+// the 2 or 6 bytes) stays corked, and the ping queued in the outbox behind
+// it flushes it: the peer then gets a second ping, which is harmless.
+func (c *Conn) tryPingNow() bool {
+	w := &c.wr
+	if c.rw == nil || !w.mu.TryLock() {
+		return false
+	}
+	defer w.mu.Unlock()
+	if w.buf != nil || w.corked || c.writableLocked() != nil {
+		return false
+	}
+	var f [2 + 4]byte
+	var key [4]byte
+	if !c.server {
+		key = w.maskSource.next()
+	}
+	hn := putHeader(f[:], opPing, 0, !c.server, key)
+	n, err := c.rw.tryWrite(f[:hn])
+	switch {
+	case err != nil:
+		w.err = err // the next write or read ends the connection
+		return true
+	case n == 0:
+		return false
+	case n < hn:
+		w.buf = bufpool.Get(c.cfg.WriteBufferSize)
+		*w.buf = append((*w.buf)[:0], f[n:hn]...)
+		return false
+	}
+	return true
 }
 
 // queuePing queues an empty ping in c's outbox, whatever its size and
@@ -253,6 +313,9 @@ func (c *Conn) queuePing() {
 		return
 	}
 	o.queue = append(roomFor(o.queue), outboxItem{op: opPing})
+	if m := c.cfg.Metrics; m != nil {
+		m.Queued(c, 1) // under o.mu, as enqueue does; the writer reports it leaving
+	}
 	start := c.startWriterLocked()
 	o.mu.Unlock()
 	if start {

@@ -250,3 +250,47 @@ func TestHeartbeatDefaults(t *testing.T) {
 	require.Nil(t, cfg.wheel, "PingTimeout alone turns nothing on")
 	require.Zero(t, cfg.PingTimeout)
 }
+
+// TestHeartbeatPingNeverWaits: the wheel's goroutine writes a ping itself
+// only when that cannot wait. On an idle connection the frame goes out at
+// once; with the write lock held, or with the socket full because the peer
+// stopped reading, tryPingNow declines at once and the ping goes through
+// the outbox instead.
+func TestHeartbeatPingNeverWaits(t *testing.T) {
+	t.Parallel()
+	srv := newRecorder()
+	addr := startServer(t, srv, nil)
+	rc := dialRaw(t, addr, nil)
+	c := srv.waitOpen(t)
+
+	require.True(t, c.tryPingNow(), "an idle connection is pinged at once")
+	b0, payload, err := rc.readFrame()
+	require.NoError(t, err)
+	require.Equal(t, byte(0x80|opPing), b0)
+	require.Empty(t, payload)
+
+	c.wr.mu.Lock()
+	require.False(t, c.tryPingNow(), "the write lock is busy")
+	c.wr.mu.Unlock()
+
+	// Fill the socket: write past the peer, which does not read, until
+	// writes make no progress, in smaller and smaller pieces down to one
+	// byte, so that not even the 2 bytes of a ping fit.
+	for _, size := range []int{64 << 10, 1 << 10, 1} {
+		chunk := make([]byte, size)
+		for {
+			require.NoError(t, c.conn.SetWriteDeadline(time.Now().Add(30*time.Millisecond)))
+			if _, err := c.conn.Write(chunk); err != nil {
+				require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+				break
+			}
+		}
+	}
+	require.NoError(t, c.conn.SetWriteDeadline(time.Time{}))
+	start := time.Now()
+	require.False(t, c.tryPingNow(), "a full socket")
+	require.Less(t, time.Since(start), time.Second, "tryPingNow waited for the peer")
+	require.Nil(t, c.wr.buf, "nothing was written, nothing is corked")
+	c.CloseNow()
+	srv.waitClose(t)
+}

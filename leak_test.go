@@ -176,30 +176,11 @@ func openMidMessage(addr string, start []byte) (net.Conn, error) {
 	return nc, nil
 }
 
-// assertEventually polls cond every 10ms until it holds or d passes.
-func assertEventually(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return true
-}
-
 func countFDs(t *testing.T) int {
 	t.Helper()
 	entries, err := os.ReadDir("/proc/self/fd")
 	require.NoError(t, err)
 	return len(entries) - 1 // ReadDir's own descriptor on the directory
-}
-
-func heapInuse() uint64 {
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.HeapInuse
 }
 
 // raiseFileLimit makes sure the process may open n files, and puts the

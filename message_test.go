@@ -55,7 +55,7 @@ func TestMessageLateClose(t *testing.T) {
 	a := rd.newMessage(OpText, bufpool.Get(5), 5)
 	copy(a.Data, "first")
 	a.Close()
-	rd.putSlab() // as before the next read
+	rd.putSlab()                                  // as before the next read
 	b := rd.newMessage(OpText, bufpool.Get(6), 6) // may reuse a's buffer and slab
 	require.NotSame(t, a, b, "a Message is never handed out twice")
 	copy(b.Data, "second")

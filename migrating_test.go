@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -186,18 +187,20 @@ func authenticate(r *http.Request) (string, bool) {
 }
 
 func migrateGwsAuthorize(upgrader *gust.Upgrader) {
-	http.HandleFunc("/ws", func(w http.ResponseWriter, r *http.Request) {
+	upgrader.OnRequest = func(r *http.Request, h http.Header, c *gust.Conn) error {
 		user, ok := authenticate(r) // gws: ServerOption.Authorize
 		if !ok {
-			http.Error(w, "unauthorized", http.StatusUnauthorized)
-			return
-		}
-		c, err := upgrader.Upgrade(w, r)
-		if err != nil {
-			return
+			return &gust.HandshakeError{Status: http.StatusUnauthorized, Body: []byte("unauthorized")}
 		}
 		c.Set("user", user) // gws: socket.Session().Store("user", user)
-		c.ReadLoop()
+		return nil
+	}
+	http.HandleFunc("/ws", func(w http.ResponseWriter, r *http.Request) {
+		c, err := upgrader.Upgrade(w, r)
+		if err != nil {
+			return // Upgrade has answered: with the 401 above when OnRequest refused
+		}
+		c.ReadLoop() // OnOpen sees c.Get("user")
 	})
 }
 
@@ -237,4 +240,11 @@ func (s slowAPI) OnMessage(c *gust.Conn, m *gust.Message) {
 	go func() {
 		c.WriteString(s.lookup(q)) // writes are safe from any goroutine
 	}()
+}
+
+// --- from an earlier gust ---
+
+func loggerFor(legacy *log.Logger) gust.Options {
+	// before: gust.Options{ErrorLog: legacy}
+	return gust.Options{Logger: slog.New(slog.NewTextHandler(legacy.Writer(), nil))}
 }

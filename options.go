@@ -2,7 +2,7 @@ package gust
 
 import (
 	"crypto/tls"
-	"log"
+	"log/slog"
 	"net/http"
 	"time"
 )
@@ -128,13 +128,27 @@ type Options struct {
 	PingTimeout time.Duration
 
 	// DisableRecovery lets a panic in an Event callback crash the process.
-	// Default false: the panic is recovered, its stack logged to ErrorLog,
-	// and the connection closed with 1011 (internal error).
+	// Default false: the panic is recovered, logged to Logger with its
+	// stack, and the connection closed with 1011 (internal error).
 	DisableRecovery bool
 
-	// ErrorLog receives recovered panics and accept errors. Default: the log
-	// package's standard logger.
-	ErrorLog *log.Logger
+	// Logger receives structured records: recovered panics and a Server's
+	// accept errors at level Error, and, at level Debug, one record per
+	// connection that ends. The details are attributes, not text:
+	// "remote" (the peer's address), "code" (the close code), "cause"
+	// (one of the causes listed on [Metrics]), "err", and for a panic
+	// "panic" (the value) and "stack". Default: slog.Default(), as it is
+	// when the record is made. Cost: none per message; a connection that
+	// ends asks the handler once whether Debug is enabled.
+	Logger *slog.Logger
+
+	// Metrics, when set, receives every connection's events: handshakes,
+	// opens and closes with their code and cause, data messages and their
+	// bytes both ways, and the outbox's queue (see [Metrics]). The package
+	// github.com/gustws/gust/metrics has one with counters for expvar.
+	// Default nil: off, at the cost of one nil check per event. Its
+	// methods are called synchronously and must not block.
+	Metrics Metrics
 
 	// Compression configures permessage-deflate (RFC 7692). Default: off.
 	Compression CompressionOptions
@@ -168,6 +182,7 @@ type config struct {
 	Subprotocols     []string // offered (client) or supported (server), in order of preference
 	ResponseHeader   http.Header
 	CheckOrigin      func(r *http.Request) bool
+	OnRequest        func(r *http.Request, h http.Header, c *Conn) error
 	HandshakeTimeout time.Duration
 	MaxHeaderBytes   int
 	TLSConfig        *tls.Config
@@ -208,13 +223,18 @@ func newConfig(o Options, server bool) *config {
 	} else {
 		c.PingInterval, c.PingTimeout = 0, 0
 	}
-	if c.ErrorLog == nil {
-		c.ErrorLog = log.Default()
-	}
 	c.deflate = c.Compression.rfc(server)
 	c.HandshakeTimeout = defaultHandshakeTimeout
 	c.MaxHeaderBytes = defaultMaxHeaderBytes
 	return c
+}
+
+// logger returns Options.Logger, or slog.Default() when it is nil.
+func (c *config) logger() *slog.Logger {
+	if c.Logger != nil {
+		return c.Logger
+	}
+	return slog.Default()
 }
 
 // withHandshake sets the handshake's timeout and head limit, where given.

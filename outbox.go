@@ -184,7 +184,8 @@ func (c *Conn) enqueue(it outboxItem) error {
 		o.mu.Unlock()
 		return errClosed
 	}
-	if len(o.queue)-o.head >= c.cfg.OutboxSize {
+	full := len(o.queue)-o.head >= c.cfg.OutboxSize
+	if full {
 		switch c.cfg.OutboxPolicy {
 		case OutboxDropOldest:
 			dropped = o.dropOldestLocked()
@@ -192,16 +193,27 @@ func (c *Conn) enqueue(it outboxItem) error {
 			return c.closeSlowLocked()
 		case OutboxDropNewest:
 			o.mu.Unlock()
+			c.dropped(1)
 			if it.done != nil {
 				it.done(ErrQueueFull)
 			}
 			return nil
 		default:
 			o.mu.Unlock()
+			c.dropped(1)
 			return ErrQueueFull
 		}
 	}
 	o.queue = append(roomFor(o.queue), it)
+	if m := c.cfg.Metrics; m != nil {
+		// Under o.mu, so that the writer's report of taking the message
+		// comes after this one: the sum never goes below 0.
+		if full { // OutboxDropOldest made room
+			m.Queued(c, -1)
+			m.Dropped(c, 1)
+		}
+		m.Queued(c, 1)
+	}
 	start := c.startWriterLocked()
 	o.mu.Unlock()
 	if start {
@@ -211,6 +223,14 @@ func (c *Conn) enqueue(it outboxItem) error {
 		dropped.done(ErrQueueFull)
 	}
 	return nil
+}
+
+// dropped reports n messages the outbox refused or discarded to
+// Options.Metrics, if set.
+func (c *Conn) dropped(n int) {
+	if m := c.cfg.Metrics; m != nil {
+		m.Dropped(c, n)
+	}
 }
 
 // startWriterLocked marks the writer as running and reports whether the
@@ -261,6 +281,12 @@ func (c *Conn) closeSlowLocked() error {
 	if start {
 		go c.drainOutbox()
 	}
+	if m := c.cfg.Metrics; m != nil {
+		if len(discarded) > 0 {
+			m.Queued(c, -len(discarded))
+		}
+		m.Dropped(c, len(discarded)+1) // and the new message
+	}
 	for _, it := range discarded {
 		if it.done != nil {
 			it.done(ErrSlowConsumer)
@@ -307,6 +333,9 @@ func (c *Conn) drainOutbox() {
 		batch := all[o.head:]
 		o.queue, o.head = spare[:0], 0
 		o.mu.Unlock()
+		if m := c.cfg.Metrics; m != nil {
+			m.Queued(c, -len(batch))
+		}
 
 		err := c.writeBatch(batch)
 		for i := range batch {

@@ -369,6 +369,7 @@ func (c *Conn) readData(h frameHeader) error {
 	if rd.msg == nil { // an empty message
 		rd.msg = bufpool.Get(0)
 	}
+	wire := rd.n
 	if rd.compressed {
 		if err := c.inflateMessage(); err != nil {
 			if threshold > 0 && isTooBig(err) && int64(threshold) < limit {
@@ -383,6 +384,9 @@ func (c *Conn) readData(h frameHeader) error {
 	}
 	if checkText && !rd.utf8.Complete() {
 		return protocolError(StatusInvalidFramePayloadData, "text not valid UTF-8")
+	}
+	if mt := c.cfg.Metrics; mt != nil {
+		mt.Received(c, rd.op, rd.n, wire)
 	}
 	m := rd.newMessage(rd.op, rd.msg, rd.n)
 	rd.msg, rd.op, rd.n = nil, 0, 0
@@ -458,7 +462,10 @@ func (c *Conn) dispatch(m *Message) {
 		if !c.cfg.DisableRecovery {
 			defer func() {
 				if p := recover(); p != nil {
-					c.abort(c.recovered(p))
+					err := c.recovered(p)
+					// Not on the read goroutine: no linger, which reads.
+					c.writeCloseFrame(StatusInternalError, "")
+					c.abort(err)
 				}
 			}()
 		}

@@ -209,7 +209,7 @@ func TestLengthOverflowInContinuation(t *testing.T) {
 	forEachTCPMode(t, func(t *testing.T, m serverMode) {
 		var logged safeBuffer
 		h := newEcho()
-		c := dialRaw(t, m.start(t, h, &Options{ErrorLog: newLogger(&logged)}), nil)
+		c := dialRaw(t, m.start(t, h, &Options{Logger: newLogger(&logged)}), nil)
 		c.send(in)
 		c.expectClose(StatusMessageTooBig)
 		require.ErrorAs(t, h.waitClose(t), &pe)

@@ -17,3 +17,5 @@ type rawWriter struct{}
 func (c *Conn) initRawWriter() {}
 
 func (w *rawWriter) writeAll(p []byte) (int, error) { panic("unreachable") }
+
+func (w *rawWriter) tryWrite(p []byte) (int, error) { panic("unreachable") }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -18,11 +19,15 @@ import (
 // Server accepts WebSocket connections on any net.Listener with its own
 // accept loop and HTTP/1.1 handshake parser, without net/http: less memory
 // and latency per connection. Every request, whatever its path, is treated
-// as a WebSocket handshake; use an Upgrader inside a net/http server to mix
+// as a WebSocket handshake (OnRequest may refuse the paths it does not
+// serve, with 404); use an Upgrader inside a net/http server to mix
 // WebSockets with other HTTP handlers.
 //
 // The embedded Upgrader holds the handler, the connections' Options and
-// the handshake's settings, which mean what they mean on an Upgrader. The
+// the handshake's settings, which mean what they mean on an Upgrader:
+// OnRequest sees each request (built from the parsed head, as an
+// *http.Request), may refuse it with any status, header fields and body,
+// and attaches data to the connection before OnOpen. The
 // zero value is ready to use. Set the fields before the first Serve and do
 // not change them afterwards.
 //
@@ -134,7 +139,8 @@ func (s *Server) Serve(ln net.Listener) error {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() || isTemporary(err) {
 				pause = min(max(2*pause, 5*time.Millisecond), time.Second)
-				cfg.ErrorLog.Printf("gust: accept error: %v; retrying in %v", err, pause)
+				cfg.logger().LogAttrs(context.Background(), slog.LevelError, "gust: accept error; retrying",
+					slog.String("listener", ln.Addr().String()), slog.Any("err", err), slog.Duration("retry_in", pause))
 				time.Sleep(pause)
 				continue
 			}
@@ -191,7 +197,8 @@ func (s *Server) serveConn(nc net.Conn) {
 // hundred bytes, not a buffer the size of the largest head allowed.
 func (s *Server) handshake(nc net.Conn) *Conn {
 	cfg := s.config()
-	nc.SetDeadline(time.Now().Add(cfg.HandshakeTimeout))
+	deadline := time.Now().Add(cfg.HandshakeTimeout)
+	nc.SetDeadline(deadline)
 	buf := bufpool.Get(min(bufpool.MinSize, cfg.MaxHeaderBytes))
 	defer func() { bufpool.Put(buf) }() // buf is replaced as it grows
 	w := 0
@@ -208,20 +215,23 @@ func (s *Server) handshake(nc net.Conn) *Conn {
 			}
 			var he *handshake.Error
 			if errors.As(perr, &he) {
-				nc.Write(appendErrorResponse(nil, he.Status, he.Reason))
+				refuse(nc, cfg, he.Status, he.Reason)
 				return nil
 			}
 			if w == len(*buf) {
 				// An incomplete head that fills MaxHeaderBytes is longer
 				// than that.
 				if w >= cfg.MaxHeaderBytes {
-					nc.Write(appendErrorResponse(nil, http.StatusRequestHeaderFieldsTooLarge, "request head too large"))
+					refuse(nc, cfg, http.StatusRequestHeaderFieldsTooLarge, "request head too large")
 					return nil
 				}
 				buf = bufpool.Grow(buf, min(2*w, cfg.MaxHeaderBytes))
 			}
 		}
 		if err != nil {
+			if w > 0 { // a client that sent nothing is not a handshake (a TCP health check)
+				cfg.reportHandshake(0)
+			}
 			return nil
 		}
 	}
@@ -231,14 +241,37 @@ func (s *Server) handshake(nc net.Conn) *Conn {
 		hs, herr = cfg.checkRequest(r)
 	}
 	if herr != nil {
-		nc.Write(appendErrorResponse(nil, herr.Status, string(herr.Body)))
+		refuse(nc, cfg, herr.Status, string(herr.Body))
 		return nil
 	}
-	if _, err := nc.Write(cfg.appendResponse((*buf)[w:w], hs)); err != nil {
+	if cfg.OnRequest != nil {
+		// As net/http's, the request's context carries the local address;
+		// it ends with the handshake, or when its time runs out.
+		ctx := context.WithValue(context.Background(), http.LocalAddrContextKey, nc.LocalAddr())
+		ctx, cancel := context.WithDeadline(ctx, deadline)
+		defer cancel()
+		r = r.WithContext(ctx)
+	}
+	c, extra, herr := cfg.accept(r, &hs, s.handler(), nil)
+	if herr != nil {
+		writeRefusal(nc, herr)
+		cfg.reportHandshake(herr.Status)
 		return nil
 	}
+	if _, err := nc.Write(cfg.appendResponse((*buf)[w:w], hs, nil, extra)); err != nil {
+		cfg.reportHandshake(0)
+		return nil
+	}
+	cfg.reportHandshake(http.StatusSwitchingProtocols)
 	nc.SetDeadline(time.Time{})
-	return newServerConn(nc, cfg, s.handler(), (*buf)[hn:w], hs) // copies the bytes after the head
+	c.open(nc, (*buf)[hn:w], hs) // copies the bytes after the head
+	return c
+}
+
+// refuse answers a handshake request with an HTTP error, and reports it.
+func refuse(nc net.Conn, cfg *config, status int, reason string) {
+	nc.Write(appendErrorResponse(nil, status, reason))
+	cfg.reportHandshake(status)
 }
 
 // newHTTPRequest makes the *http.Request that checkRequest and CheckOrigin

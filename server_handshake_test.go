@@ -1,6 +1,7 @@
 package gust
 
 import (
+	"bytes"
 	"io"
 	"net"
 	"net/http"
@@ -196,4 +197,54 @@ func startServerMaxHead(t *testing.T, h Event, n int) string {
 	require.NoError(t, err)
 	runServer(t, s, ln)
 	return ln.Addr().String()
+}
+
+// handshakeConn is a net.Conn that reads a handshake request and discards
+// what is written to it.
+type handshakeConn struct {
+	r bytes.Reader
+}
+
+func (c *handshakeConn) Read(p []byte) (int, error)       { return c.r.Read(p) }
+func (c *handshakeConn) Write(p []byte) (int, error)      { return len(p), nil }
+func (c *handshakeConn) Close() error                     { return nil }
+func (c *handshakeConn) LocalAddr() net.Addr              { return h2Addr("127.0.0.1:80") }
+func (c *handshakeConn) RemoteAddr() net.Addr             { return h2Addr("127.0.0.1:5000") }
+func (c *handshakeConn) SetDeadline(time.Time) error      { return nil }
+func (c *handshakeConn) SetReadDeadline(time.Time) error  { return nil }
+func (c *handshakeConn) SetWriteDeadline(time.Time) error { return nil }
+
+// BenchmarkServerHandshake measures what a Server's handshake costs, from
+// the request's bytes to the Conn, without OnRequest and with one.
+func BenchmarkServerHandshake(b *testing.B) {
+	req := []byte(handshakeRequest("gust.test", "Origin: http://gust.test", "Cookie: session=abc"))
+	run := func(b *testing.B, s *Server) {
+		b.ReportAllocs()
+		nc := &handshakeConn{}
+		for b.Loop() {
+			nc.r.Reset(req)
+			if s.handshake(nc) == nil {
+				b.Fatal("handshake refused")
+			}
+		}
+	}
+	b.Run("plain", func(b *testing.B) { run(b, newServer(BuiltinEventHandler{}, nil)) })
+	b.Run("OnRequest", func(b *testing.B) {
+		s := newServer(BuiltinEventHandler{}, nil)
+		s.OnRequest = func(r *http.Request, h http.Header, c *Conn) error {
+			if ck, err := r.Cookie("session"); err == nil {
+				c.Set("session", ck.Value)
+			}
+			return nil
+		}
+		run(b, s)
+	})
+}
+
+// heapInuse is HeapInuse after a collection.
+func heapInuse() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapInuse
 }

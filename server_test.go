@@ -216,7 +216,7 @@ func (e tempError) Temporary() bool { return !e.timeout }
 func TestServeBacksOffOnTemporaryAcceptErrors(t *testing.T) {
 	t.Parallel()
 	var logged safeBuffer
-	s := newServer(newRecorder(), &Options{ErrorLog: newLogger(&logged)})
+	s := newServer(newRecorder(), &Options{Logger: newLogger(&logged)})
 	ln := newFakeListener(tempError{}, tempError{timeout: true}, fmt.Errorf("wrapped: %w", tempError{}))
 	served := make(chan error, 1)
 	go func() { served <- s.Serve(ln) }()
@@ -231,8 +231,9 @@ func TestServeBacksOffOnTemporaryAcceptErrors(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(logged.String()), "\n")
 	require.Len(t, lines, 3, "%s", logged.String())
 	for i, pause := range []string{"5ms", "10ms", "20ms"} {
-		require.Contains(t, lines[i], "accept error")
-		require.True(t, strings.HasSuffix(lines[i], "retrying in "+pause), lines[i])
+		require.Contains(t, lines[i], `level=ERROR msg="gust: accept error; retrying"`)
+		require.Regexp(t, `err="(wrapped: )?fake accept error`, lines[i])
+		require.True(t, strings.HasSuffix(lines[i], "retry_in="+pause), lines[i])
 	}
 	require.NoError(t, s.Close())
 	require.ErrorIs(t, <-served, ErrServerClosed)

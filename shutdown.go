@@ -136,6 +136,7 @@ func (t *tracker) cutAll() {
 func cutConn(c *Conn) {
 	c.abort(ErrServerClosed)
 	if c.started.CompareAndSwap(false, true) {
+		c.opened()
 		c.finish(ErrServerClosed)
 	}
 }

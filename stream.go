@@ -74,6 +74,13 @@ func (c *Conn) streamMessage(fin bool, length int64, key [4]byte) error {
 	}
 	m.closed.Store(true)
 	err := s.discard()
+	if mt := c.cfg.Metrics; mt != nil && err == nil {
+		payload := s.wire
+		if s.fr != nil {
+			payload = s.out
+		}
+		mt.Received(c, rd.op, int(payload), int(s.wire))
+	}
 	s.end()
 	bufpool.Put(rd.msg)
 	rd.msg, rd.op, rd.n = nil, 0, 0
@@ -328,19 +335,22 @@ func (c *Conn) NextWriter(op Opcode) (io.WriteCloser, error) {
 	w.streaming.Store(true)
 	w.mu.Unlock()
 	frag := max(c.cfg.WriteBufferSize-maxHeaderSize, minReadBufferSize)
-	return &messageWriter{c: c, op: op, frag: frag, buf: bufpool.Get(maxHeaderSize + frag)}, nil
+	return &messageWriter{c: c, msgOp: op, op: op, frag: frag, buf: bufpool.Get(maxHeaderSize + frag)}, nil
 }
 
 // messageWriter is NextWriter's writer. Its buffers keep maxHeaderSize bytes
 // free in front of the payload, for the frame header.
 type messageWriter struct {
-	c    *Conn
-	op   Opcode // the next frame's: the message's, then continuation
-	frag int    // payload bytes per fragment
-	buf  *[]byte
-	n    int // payload bytes in buf
-	err  error
-	done bool
+	c       *Conn
+	msgOp   Opcode
+	op      Opcode // the next frame's: the message's, then continuation
+	frag    int    // payload bytes per fragment
+	payload int    // bytes written, and sent in frames' payloads: for Metrics.Sent
+	wire    int
+	buf     *[]byte
+	n       int // payload bytes in buf
+	err     error
+	done    bool
 
 	fw      *flate.Writer // compressing, into c.deflate.writeSink
 	decided bool          // whether to compress has been decided
@@ -354,6 +364,7 @@ func (mw *messageWriter) Write(p []byte) (int, error) {
 		return 0, mw.err
 	}
 	written := 0
+	defer func() { mw.payload += written }()
 	for len(p) > 0 {
 		if mw.fw != nil {
 			k := min(len(p), mw.frag)
@@ -478,6 +489,7 @@ func (mw *messageWriter) sendFrame(final bool) error {
 		return err
 	}
 	mw.op, mw.n = opContinuation, 0
+	mw.wire += len(p)
 	return nil
 }
 
@@ -524,6 +536,9 @@ func (mw *messageWriter) release() {
 	bufpool.Put(mw.buf)
 	mw.buf = nil
 	w.mu.Lock()
+	if mw.err == nil {
+		c.sent(mw.msgOp, mw.payload, mw.wire)
+	}
 	if mw.fw != nil {
 		d := c.deflate
 		bufpool.Put(d.writeSink.buf)

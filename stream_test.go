@@ -790,3 +790,52 @@ func TestNextWriterCarriesHeartbeats(t *testing.T) {
 	c.expectMessage(OpText, []byte("after"))
 	require.NoError(t, <-queued)
 }
+
+// TestStreamMetrics: a NextWriter's message is reported to Metrics.Sent
+// once, at Close, and a streamed message to Metrics.Received once read to
+// its end, with its size and its frames' payload bytes, compressed or not.
+func TestStreamMetrics(t *testing.T) {
+	t.Parallel()
+	for _, compress := range []bool{false, true} {
+		t.Run(fmt.Sprintf("compress=%v", compress), func(t *testing.T) {
+			t.Parallel()
+			clientLog, serverLog := new(metricsLog), new(metricsLog)
+			opts := Options{StreamThreshold: 4 << 10, WriteBufferSize: 8 << 10, Metrics: serverLog}
+			opts.Compression.Enabled = compress
+			sh, got := newStreamRecorder()
+			addr := startServer(t, sh, &opts)
+			copts := opts
+			copts.Metrics = clientLog
+			client, _, err := Dial(testContext(t), "ws://"+addr, newRecorder(), &DialOptions{Options: copts})
+			require.NoError(t, err)
+			runClient(t, client)
+			p := textOf(rand.New(rand.NewPCG(7, 8)), 100<<10)
+			n, err := client.WriteFrom(OpText, bytes.NewReader(p))
+			require.NoError(t, err)
+			require.Equal(t, int64(len(p)), n)
+			s := waitStreamed(t, got)
+			require.True(t, s.streamed)
+			require.Equal(t, p, s.data)
+
+			clientLog.mu.Lock()
+			require.Len(t, clientLog.sent, 1)
+			sent := clientLog.sent[0]
+			clientLog.mu.Unlock()
+			require.Equal(t, OpText, sent.op)
+			require.Equal(t, len(p), sent.payload)
+			if compress {
+				require.Less(t, sent.wire, len(p))
+			} else {
+				require.Equal(t, len(p), sent.wire)
+			}
+			require.Eventually(t, func() bool {
+				serverLog.mu.Lock()
+				defer serverLog.mu.Unlock()
+				return len(serverLog.received) == 1
+			}, 5*time.Second, time.Millisecond)
+			serverLog.mu.Lock()
+			require.Equal(t, sent, serverLog.received[0])
+			serverLog.mu.Unlock()
+		})
+	}
+}

@@ -1,10 +1,8 @@
 package gust
 
 import (
-	"bytes"
 	"crypto/tls"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -33,8 +31,11 @@ type Upgrader struct {
 	// (Conn.Subprotocol). Default none: no Sec-WebSocket-Protocol.
 	Subprotocols []string
 
-	// ResponseHeader is added to every 101 response (for example
-	// Set-Cookie). Default none.
+	// ResponseHeader is added to every handshake response (101, or 200
+	// over HTTP/2), for example Set-Cookie; per request, OnRequest adds
+	// fields of its own. Default none. The rules of OnRequest's h apply:
+	// the handshake's own fields are skipped, and one that would corrupt
+	// the response makes every handshake answer 500.
 	ResponseHeader http.Header
 
 	// CheckOrigin decides whether to accept a handshake, from the request's
@@ -43,9 +44,68 @@ type Upgrader struct {
 	// Origin host equals the Host header (same-origin browsers).
 	CheckOrigin func(r *http.Request) bool
 
-	// HandshakeTimeout bounds the time the 101 response may take to write,
-	// and on a Server the time a client has to send its whole request
-	// after connecting. Default 10s.
+	// OnRequest, if set, is called for every handshake request that passed
+	// the protocol's checks and CheckOrigin, before any answer is written
+	// and before OnOpen: there the application sees the request, refuses
+	// it, or attaches data to the connection. Default nil: every request
+	// that passed the checks is accepted.
+	//
+	// r is the request. On an Upgrader it is the one net/http gave the
+	// handler; on a Server it is built from the parsed head, with Method,
+	// URL (path and query), Proto, Header (so r.Cookie works), Host,
+	// RequestURI, RemoteAddr, TLS (over TLS), and a context that carries
+	// http.LocalAddrContextKey and ends when the handshake does or its
+	// HandshakeTimeout runs out. It has no body. gust keeps neither r nor
+	// anything of it once OnRequest returns: store what the connection
+	// needs with c.Set (even r itself, if that is what it needs).
+	//
+	// h holds header fields to add to the response (101 Switching
+	// Protocols, or 200 over HTTP/2), after those set on the
+	// ResponseWriter before Upgrade and ResponseHeader's: Set-Cookie, for
+	// example. A Sec-WebSocket-Protocol field set in h chooses the
+	// subprotocol for this request, instead of Subprotocols; its value
+	// must be one of those the client offered, else the handshake is
+	// answered with 500 and the mistake logged to Options.Logger. The
+	// fields the handshake sets itself (Upgrade, Connection,
+	// Sec-WebSocket-Accept and -Extensions, Content-Length,
+	// Transfer-Encoding, and Sec-WebSocket-Protocol anywhere but in h)
+	// are skipped. A field whose name is not a token or
+	// whose value holds CR, LF or another control character but tab (in
+	// h, ResponseHeader or on the ResponseWriter) would corrupt the
+	// response: the handshake is then answered with 500, and the mistake
+	// logged, instead.
+	//
+	// c is the connection-to-be, the one OnOpen will receive: what
+	// c.Set stores is there for OnOpen and every later callback. It has no
+	// network connection until the answer is written: until then its
+	// writes, Ping, Close and CloseNow return net.ErrClosed (from any
+	// goroutine, as always; a write from elsewhere that comes later goes
+	// out after the answer), and RemoteAddr and NetConn are nil (use
+	// r.RemoteAddr). Subprotocol, Compressed, the addresses and the
+	// deadline setters are settled when the answer has been written: call
+	// them from OnOpen on. Keep registrations that need the connection (a
+	// room, a list of sessions) for OnOpen, since a handshake OnRequest
+	// accepted may still fail before it (no OnOpen and no OnClose then).
+	//
+	// A nil error accepts the request. An error refuses it, and no Conn is
+	// made: when a *HandshakeError is in its chain (errors.As), with that
+	// error's Status (403 when 0; it must be 3xx, 4xx or 5xx, else 500),
+	// Header fields (Content-Length, Transfer-Encoding and Connection
+	// excepted) and Body, written within HandshakeTimeout; any other error
+	// with 403 Forbidden and no body, so that the error's text does not
+	// reach the client. Upgrade then returns a *HandshakeError with the
+	// status that was sent and the error in Err. A panic in OnRequest,
+	// unless Options.DisableRecovery is set, is logged and answered with
+	// 500.
+	//
+	// OnRequest runs in the goroutine of the handshake (the handler's, on
+	// an Upgrader), and on a Server the time it takes counts against
+	// HandshakeTimeout.
+	OnRequest func(r *http.Request, h http.Header, c *Conn) error
+
+	// HandshakeTimeout bounds the time the 101 response, or a refusal
+	// OnRequest chose, may take to write, and on a Server the time a
+	// client has to send its whole request after connecting. Default 10s.
 	HandshakeTimeout time.Duration
 
 	once  sync.Once
@@ -67,6 +127,7 @@ func (u *Upgrader) newConfig(maxHeaderBytes int, tlsConfig *tls.Config) *config 
 	cfg.Subprotocols = u.Subprotocols
 	cfg.ResponseHeader = u.ResponseHeader
 	cfg.CheckOrigin = u.CheckOrigin
+	cfg.OnRequest = u.OnRequest
 	cfg.TLSConfig = tlsConfig
 	return cfg
 }
@@ -84,7 +145,14 @@ func (u *Upgrader) handler() Event {
 // acceptable WebSocket handshake, Upgrade answers with the HTTP status RFC
 // 6455 names (400, 403 for a refused origin, 405 for a method other than
 // GET, 426 with Sec-WebSocket-Version: 13 for another version) and a short
-// body, and returns a *HandshakeError.
+// body, and returns a *HandshakeError. OnRequest, if set, sees the requests
+// that passed these checks, and may refuse them with a response of its
+// own.
+//
+// Header fields set on w before Upgrade (a cookie set by the handler or a
+// middleware) go into the handshake response, as into any response, with
+// ResponseHeader's and OnRequest's after them; they go into a refusal
+// too.
 //
 // Upgrade hijacks the connection through http.NewResponseController, so
 // middleware that wraps the ResponseWriter works if it has an Unwrap method.
@@ -101,7 +169,10 @@ func (u *Upgrader) handler() Event {
 // The Upgrader keeps the connections it made until they end, for Shutdown
 // and Close. Once either has started, Upgrade answers 503 Service
 // Unavailable and returns a *HandshakeError wrapping ErrServerClosed.
-func (u *Upgrader) Upgrade(w http.ResponseWriter, r *http.Request) (*Conn, error) {
+func (u *Upgrader) Upgrade(w http.ResponseWriter, r *http.Request) (c *Conn, err error) {
+	if m := u.config().Metrics; m != nil {
+		defer func() { m.Handshake(upgradeStatus(r, c, err)) }()
+	}
 	if !u.track.begin() {
 		w.Header().Set("Connection", "close")
 		http.Error(w, goingAwayReason, http.StatusServiceUnavailable)
@@ -109,11 +180,17 @@ func (u *Upgrader) Upgrade(w http.ResponseWriter, r *http.Request) (*Conn, error
 		herr.Err = ErrServerClosed
 		return nil, herr
 	}
-	c, err := u.upgrade(w, r)
+	made := false
+	defer func() {
+		if !made { // refused, failed, or OnRequest panicked with DisableRecovery set
+			u.track.end()
+		}
+	}()
+	c, err = u.upgrade(w, r)
 	if err != nil {
-		u.track.end()
 		return nil, err
 	}
+	made = true
 	if !u.track.add(c) {
 		return nil, fmt.Errorf("gust: upgrade: %w", ErrServerClosed)
 	}
@@ -138,9 +215,18 @@ func (u *Upgrader) upgrade(w http.ResponseWriter, r *http.Request) (*Conn, error
 		http.Error(w, string(herr.Body), herr.Status)
 		return nil, herr
 	}
-	if r.ProtoMajor == 2 {
-		return u.upgradeH2(w, r, cfg, hs)
+	// Over HTTP/1.1 the fields set on w go into the 101 written below, as
+	// they would into any response; over HTTP/2 w's header is the
+	// response's already.
+	c, extra, herr := cfg.accept(r, &hs, u.handler(), w.Header())
+	if herr != nil {
+		respondRefusal(w, herr, cfg.HandshakeTimeout)
+		return nil, herr
 	}
+	if r.ProtoMajor == 2 {
+		return u.upgradeH2(w, r, cfg, c, hs, extra)
+	}
+	resp := cfg.appendResponse(make([]byte, 0, 256), hs, w.Header(), extra)
 	nc, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		http.Error(w, "cannot take over the connection", http.StatusInternalServerError)
@@ -150,14 +236,14 @@ func (u *Upgrader) upgrade(w http.ResponseWriter, r *http.Request) (*Conn, error
 	if n := brw.Reader.Buffered(); n > 0 {
 		buffered, _ = brw.Reader.Peek(n)
 	}
-	resp := cfg.appendResponse(make([]byte, 0, 256), hs)
 	nc.SetDeadline(time.Now().Add(cfg.HandshakeTimeout))
 	if _, err := nc.Write(resp); err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("gust: writing handshake response: %w", err)
 	}
 	nc.SetDeadline(time.Time{})
-	return newServerConn(nc, cfg, u.handler(), buffered, hs), nil
+	c.open(nc, buffered, hs)
+	return c, nil
 }
 
 // handshakeResult is what a server's handshake settled.
@@ -165,15 +251,6 @@ type handshakeResult struct {
 	key         string
 	subprotocol string
 	deflate     *deflateParams
-}
-
-// newServerConn makes the Conn a server handshake settled.
-func newServerConn(nc net.Conn, cfg *config, h Event, buffered []byte, hs handshakeResult) *Conn {
-	c := newConn(nc, cfg, h, true, buffered, hs.subprotocol)
-	if hs.deflate != nil {
-		c.deflate = newDeflateState(*hs.deflate, &cfg.deflate, true)
-	}
-	return c
 }
 
 // checkRequest checks a handshake request (RFC 6455 §4.2.1) and settles the
@@ -270,8 +347,10 @@ func (cfg *config) selectSubprotocol(h http.Header) string {
 	return ""
 }
 
-// appendResponse appends the 101 response to b.
-func (cfg *config) appendResponse(b []byte, hs handshakeResult) []byte {
+// appendResponse appends the 101 response to b, with the fields of pre (the
+// ResponseWriter's, on an Upgrader), ResponseHeader and extra (OnRequest's)
+// after its own; accept has checked them.
+func (cfg *config) appendResponse(b []byte, hs handshakeResult, pre, extra http.Header) []byte {
 	b = append(b, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: "...)
 	b = append(b, handshake.AcceptKey(hs.key)...)
 	b = append(b, "\r\n"...)
@@ -285,22 +364,17 @@ func (cfg *config) appendResponse(b []byte, hs handshakeResult) []byte {
 		b = append(b, hs.deflate.String()...)
 		b = append(b, "\r\n"...)
 	}
-	if len(cfg.ResponseHeader) > 0 {
-		var buf bytes.Buffer
-		cfg.ResponseHeader.Write(&buf) // drops CR and LF inside values
-		b = append(b, buf.Bytes()...)
-	}
+	b = appendFields(b, pre, responseOwn)
+	b = appendFields(b, cfg.ResponseHeader, responseOwn)
+	b = appendFields(b, extra, responseOwn)
 	return append(b, "\r\n"...)
 }
 
 // appendErrorResponse appends a complete HTTP error response to b, for the
 // Server path, which does not go through net/http.
 func appendErrorResponse(b []byte, status int, reason string) []byte {
-	b = append(b, "HTTP/1.1 "...)
-	b = strconv.AppendInt(b, int64(status), 10)
-	b = append(b, ' ')
-	b = append(b, http.StatusText(status)...)
-	b = append(b, "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n"...)
+	b = appendStatusLine(b, status)
+	b = append(b, "Content-Type: text/plain; charset=utf-8\r\nConnection: close\r\n"...)
 	switch status {
 	case http.StatusUpgradeRequired:
 		b = append(b, "Sec-WebSocket-Version: 13\r\n"...)

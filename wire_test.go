@@ -9,7 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
+	"log/slog"
 	"math"
 	"net"
 	"net/http"
@@ -348,7 +348,8 @@ func (s *safeBuffer) String() string {
 	return s.b.String()
 }
 
-func newLogger(w io.Writer) *log.Logger { return log.New(w, "", 0) }
+// newLogger is a Logger that writes text records to w, at level Info.
+func newLogger(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
 
 // newUpgrader is an Upgrader for h with the connection options opts.
 func newUpgrader(h Event, opts *Options) *Upgrader {
@@ -379,4 +380,16 @@ func runServer(t *testing.T, s *Server, ln net.Listener) {
 		require.NoError(t, s.Close())
 		require.ErrorIs(t, <-done, ErrServerClosed)
 	})
+}
+
+// assertEventually polls cond every 10ms until it holds or d passes.
+func assertEventually(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
 }

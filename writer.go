@@ -80,7 +80,11 @@ func (c *Conn) writeMessage(op Opcode, p []byte, compress bool) error {
 func (c *Conn) writeMessageLocked(op Opcode, p []byte, compress bool) error {
 	d := c.deflate
 	if !compress || d == nil || len(p) < d.threshold {
-		return c.writeFrameLocked(op, p)
+		err := c.writeFrameLocked(op, p)
+		if err == nil {
+			c.sent(op, len(p), len(p))
+		}
+		return err
 	}
 	if err := c.writableLocked(); err != nil {
 		return err
@@ -92,6 +96,9 @@ func (c *Conn) writeMessageLocked(op Opcode, p []byte, compress bool) error {
 	c.armIdleRelease()
 	err = c.writeFrameLocked(op|rsv1, (*buf)[:n])
 	bufpool.Put(buf)
+	if err == nil {
+		c.sent(op, len(p), n)
+	}
 	return err
 }
 
@@ -146,7 +153,11 @@ func (c *Conn) writePreparedLocked(pm *PreparedMessage) error {
 	}
 	d := c.deflate
 	if d == nil || len(pm.payload) < d.threshold {
-		return c.writeFramedLocked(pm.plain)
+		err := c.writeFramedLocked(pm.plain)
+		if err == nil {
+			c.sent(pm.op, len(pm.payload), len(pm.payload))
+		}
+		return err
 	}
 	f, err := pm.frameFor(d)
 	if err != nil {
@@ -159,7 +170,11 @@ func (c *Conn) writePreparedLocked(pm *PreparedMessage) error {
 		d.putWriter(d.fw)
 		d.fw = nil
 	}
-	return c.writeFramedLocked(f)
+	err = c.writeFramedLocked(f)
+	if err == nil {
+		c.sent(pm.op, len(pm.payload), framePayloadLen(f))
+	}
+	return err
 }
 
 // WritePing sends a ping with payload p (at most 125 bytes).
@@ -235,7 +250,9 @@ func (c *Conn) writeCloseFrame(code StatusCode, reason string) error {
 	}
 	c.wr.mu.Lock()
 	defer c.wr.mu.Unlock()
-	if c.wr.closeSent {
+	if c.wr.closeSent || c.conn == nil {
+		// A zero Conn, or one whose handshake is still in progress: no
+		// close frame counts as sent, so that the latter opens intact.
 		return errClosed
 	}
 	err := c.writeFrameLocked(opClose, p[:n])
@@ -243,6 +260,9 @@ func (c *Conn) writeCloseFrame(code StatusCode, reason string) error {
 	c.closing.Store(true)
 	if err == nil {
 		err = c.flushLocked()
+	}
+	if err == nil {
+		c.sentCode = code // for Metrics.Closed
 	}
 	return err
 }

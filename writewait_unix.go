@@ -27,6 +27,7 @@ type rawWriter struct {
 	p     []byte                // what is left to write
 	err   error
 	armed bool // write set the socket's deadline
+	try   bool // tryWrite: stop where the socket is full, without waiting
 }
 
 func (c *Conn) initRawWriter() {
@@ -46,6 +47,9 @@ func (w *rawWriter) write(fd uintptr) bool {
 		case err == syscall.EINTR:
 			continue
 		case err == syscall.EAGAIN:
+			if w.try {
+				return true
+			}
 			w.arm()
 			return false
 		case err != nil:
@@ -73,6 +77,14 @@ func (w *rawWriter) arm() {
 	}
 	w.c.conn.SetWriteDeadline(dl)
 	w.armed = true
+}
+
+// tryWrite writes what of p the socket takes at once, without waiting.
+func (w *rawWriter) tryWrite(p []byte) (int, error) {
+	w.try = true
+	n, err := w.writeAll(p)
+	w.try = false
+	return n, err
 }
 
 // writeAll writes p whole, or fails.

@@ -15,7 +15,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"log"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -31,9 +31,11 @@ type Options struct {
 	// Default nil: the Hub is local to the process.
 	Broker Broker
 
-	// ErrorLog receives messages from the Broker that the Hub cannot
-	// decode. Default: the log package's standard logger.
-	ErrorLog *log.Logger
+	// Logger receives a record at level Warn for each message from the
+	// Broker that the Hub cannot decode, with its "topic" and the "err" as
+	// attributes. Default: slog.Default(), as it is when the record is
+	// made.
+	Logger *slog.Logger
 }
 
 // ErrClosed is returned by a Hub's methods after Close.
@@ -71,7 +73,7 @@ var ErrClosed = errors.New("gust: hub closed")
 type Hub struct {
 	broker      Broker
 	unsubscribe func()
-	errorLog    *log.Logger
+	logger      *slog.Logger
 	id          [8]byte
 
 	closed atomic.Bool
@@ -124,10 +126,7 @@ type Stats struct {
 func New(opts *Options) (*Hub, error) {
 	h := new(Hub)
 	if opts != nil {
-		h.broker, h.errorLog = opts.Broker, opts.ErrorLog
-	}
-	if h.errorLog == nil {
-		h.errorLog = log.Default()
+		h.broker, h.logger = opts.Broker, opts.Logger
 	}
 	rand.Read(h.id[:])
 	if h.broker != nil {
@@ -431,10 +430,18 @@ func (h *Hub) envelope(all bool, op gust.Opcode, p []byte) []byte {
 	return b
 }
 
+// log returns Options.Logger, or slog.Default() when it is nil.
+func (h *Hub) log() *slog.Logger {
+	if h.logger != nil {
+		return h.logger
+	}
+	return slog.Default()
+}
+
 // fromBroker delivers a message another Hub published.
 func (h *Hub) fromBroker(topic string, msg []byte) {
 	if len(msg) < envelopeHeader || msg[0] != envelopeVersion {
-		h.errorLog.Printf("gust: hub: ignoring a broker message on %q that is not a hub envelope", topic)
+		h.log().Warn("gust: hub: ignoring a broker message that is not a hub envelope", "topic", topic)
 		return
 	}
 	if [8]byte(msg[3:11]) == h.id || h.closed.Load() {
@@ -442,7 +449,7 @@ func (h *Hub) fromBroker(topic string, msg []byte) {
 	}
 	pm, err := gust.NewPreparedMessage(gust.Opcode(msg[2]), msg[envelopeHeader:])
 	if err != nil {
-		h.errorLog.Printf("gust: hub: ignoring a broker message on %q: %v", topic, err)
+		h.log().Warn("gust: hub: ignoring a broker message", "topic", topic, "err", err)
 		return
 	}
 	h.deliver(topic, msg[1]&envelopeAll != 0, pm)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"runtime"
 	"strings"
@@ -562,4 +563,36 @@ type roomHandler struct {
 func (h roomHandler) OnMessage(c *gust.Conn, m *gust.Message) {
 	h.hub.Subscribe(c, string(m.Data)) // the message names a room
 	m.Close()
+}
+
+// A broker message the Hub cannot decode is a Warn record with the topic as
+// an attribute, and is otherwise ignored.
+func TestHubLogsUndecodableBrokerMessages(t *testing.T) {
+	var logged syncBuffer
+	b := hub.NewLocalBroker()
+	h, err := hub.New(&hub.Options{Broker: b, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	require.NoError(t, err)
+	defer h.Close()
+	require.NoError(t, b.Publish("room-1", []byte("not an envelope")))
+	out := logged.String()
+	require.Contains(t, out, `level=WARN msg="gust: hub: ignoring a broker message that is not a hub envelope"`)
+	require.Contains(t, out, "topic=room-1")
+}
+
+// syncBuffer is a strings.Builder safe for a logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gustws/gust"
+	"github.com/gustws/gust/metrics"
 )
 
 // gust: a gust.Server, gust's own accept loop and handshake parser, ReadLoop in the goroutine
@@ -22,6 +23,11 @@ func init() {
 	register("gust-deflate", "github.com/gustws/gust: as gust, with Compression{Enabled: true} (defaults: context takeover, level 1)", func(addr string) (Server, error) {
 		return startGust(addr, gust.CompressionOptions{Enabled: true})
 	})
+	// gust-metrics: gust with the built-in metrics.Counters set as Options.Metrics, so that
+	// scripts/bench -servers "gust gust-metrics" measures the hook's cost in one run.
+	register("gust-metrics", "github.com/gustws/gust: as gust, with Options.Metrics set to a metrics.Counters", func(addr string) (Server, error) {
+		return startGustWith(addr, gust.Options{Metrics: new(metrics.Counters)})
+	})
 }
 
 type gustEcho struct{ gust.BuiltinEventHandler }
@@ -32,13 +38,19 @@ func (gustEcho) OnMessage(c *gust.Conn, m *gust.Message) {
 }
 
 func startGust(addr string, compression gust.CompressionOptions) (Server, error) {
+	return startGustWith(addr, gust.Options{Compression: compression})
+}
+
+// startGustWith starts the gust echo server with opts, MaxMessageSize set.
+func startGustWith(addr string, opts gust.Options) (Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
+	opts.MaxMessageSize = MaxMessage
 	srv := &gust.Server{Upgrader: gust.Upgrader{
 		Handler: gustEcho{},
-		Options: gust.Options{MaxMessageSize: MaxMessage, Compression: compression},
+		Options: opts,
 	}}
 	go srv.Serve(ln)
 	return gustServer{srv: srv, addr: ln.Addr().String()}, nil

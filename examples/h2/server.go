@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"sort"
@@ -93,7 +94,7 @@ func newServer(cert tls.Certificate, logger *log.Logger) *server {
 		Handler: echo{s},
 		Options: gust.Options{
 			Compression: gust.CompressionOptions{Enabled: true},
-			ErrorLog:    logger,
+			Logger:      slog.New(slog.NewTextHandler(logger.Writer(), nil)),
 		},
 	}
 	mux := http.NewServeMux()

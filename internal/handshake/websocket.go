@@ -67,3 +67,30 @@ func Tokens(h http.Header, name string) []string {
 	}
 	return tokens
 }
+
+// ValidFieldName reports whether name can be sent as a header field name:
+// a non-empty token (RFC 9110 section 5.1).
+func ValidFieldName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		if !tchar[name[i]] {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidFieldValue reports whether v can be sent as a header field value
+// (RFC 9110 section 5.5): no control characters other than tab, so in
+// particular no CR or LF that would end the field, or the head, early.
+// Bytes 0x80 and up are allowed.
+func ValidFieldValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < ' ' && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}

@@ -107,3 +107,24 @@ func BenchmarkHasToken(b *testing.B) {
 		}
 	}
 }
+
+func TestValidField(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		want bool
+	}{
+		{"Set-Cookie", true}, {"x-custom_1", true}, {"", false}, {"Bad Name", false},
+		{"Bad:Name", false}, {"Bad\r\nName", false}, {"Ünicode", false},
+	} {
+		require.Equal(t, tt.want, ValidFieldName(tt.name), "%q", tt.name)
+	}
+	for _, tt := range []struct {
+		value string
+		want  bool
+	}{
+		{"session=abc; Path=/; HttpOnly", true}, {"", true}, {"tab\there", true}, {"café", true},
+		{"a\r\nX-Injected: 1", false}, {"a\nb", false}, {"a\rb", false}, {"nul\x00", false}, {"del\x7f", false},
+	} {
+		require.Equal(t, tt.want, ValidFieldValue(tt.value), "%q", tt.value)
+	}
+}

@@ -169,7 +169,7 @@ func (a *agg) spread(f func(result) float64) (lo, hi float64) {
 // order puts gust first, then the peers, then the raw references.
 func order(names []string) []string {
 	rank := map[string]int{"gust": 0, "gws": 1, "gorilla": 2, "coder": 3, "gobwas": 4, "nbio": 5, "raw-record": 6, "raw-buf": 7, "raw-copy": 8,
-		"gust-deflate": 0, "gws-deflate": 1, "gws-deflate-w15": 1, "gorilla-deflate": 2}
+		"gust-deflate": 0, "gust-metrics": 0, "gws-deflate": 1, "gws-deflate-w15": 1, "gorilla-deflate": 2}
 	sort.SliceStable(names, func(i, j int) bool {
 		ri, ok1 := rank[names[i]]
 		rj, ok2 := rank[names[j]]
