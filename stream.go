@@ -342,11 +342,11 @@ func (c *Conn) NextWriter(op Opcode) (io.WriteCloser, error) {
 // free in front of the payload, for the frame header.
 type messageWriter struct {
 	c       *Conn
-	msgOp   Opcode
+	msgOp   Opcode // the message's type
 	op      Opcode // the next frame's: the message's, then continuation
 	frag    int    // payload bytes per fragment
-	payload int    // bytes written, and sent in frames' payloads: for Metrics.Sent
-	wire    int
+	payload int    // bytes written, for Metrics.Sent
+	wire    int    // bytes sent in frames' payloads (compressed or not), for Metrics.Sent
 	buf     *[]byte
 	n       int // payload bytes in buf
 	err     error
