@@ -320,7 +320,9 @@ func (c *Conn) waitStreamLocked() {
 // When permessage-deflate was negotiated, the message is compressed as it
 // goes (RSV1 on its first frame), unless it is shorter than
 // CompressionOptions.Threshold when Close comes before its first fragment
-// is full. The writer is not safe for use by several goroutines at once.
+// is full; the compressor is flushed at each fragment, so that a fragment
+// carries what was written before it (up to WriteBufferSize bytes), as it
+// does uncompressed. The writer is not safe for use by several goroutines at once.
 func (c *Conn) NextWriter(op Opcode) (io.WriteCloser, error) {
 	if op != OpText && op != OpBinary {
 		return nil, errBadOpcode
@@ -353,6 +355,7 @@ type messageWriter struct {
 	done    bool
 
 	fw      *flate.Writer // compressing, into c.deflate.writeSink
+	in      int           // bytes given to fw since its last flush
 	decided bool          // whether to compress has been decided
 }
 
@@ -367,7 +370,16 @@ func (mw *messageWriter) Write(p []byte) (int, error) {
 	defer func() { mw.payload += written }()
 	for len(p) > 0 {
 		if mw.fw != nil {
-			k := min(len(p), mw.frag)
+			if mw.in == mw.frag {
+				// A fragment's worth written, and more is coming: flush it
+				// out, so that each fragment carries what was written
+				// before it, as it does uncompressed.
+				if err := mw.flushCompressed(); err != nil {
+					return written, err
+				}
+				continue
+			}
+			k := min(len(p), mw.frag-mw.in)
 			if err := mw.compress(p[:k]); err != nil {
 				return written, err
 			}
@@ -427,18 +439,25 @@ func (mw *messageWriter) startCompress() error {
 	return err
 }
 
-// compress feeds p to the compressor and sends a fragment whenever a
-// fragment's worth of compressed bytes has come out.
+// compress feeds p to the compressor.
 func (mw *messageWriter) compress(p []byte) error {
-	d := mw.c.deflate
 	if _, err := mw.fw.Write(p); err != nil {
 		mw.err = err
 		return err
 	}
-	if d.writeSink.n-maxHeaderSize >= mw.frag {
-		return mw.sendSink(false)
-	}
+	mw.in += len(p)
 	return nil
+}
+
+// flushCompressed flushes the compressor and sends what came out as a
+// fragment that is not the last.
+func (mw *messageWriter) flushCompressed() error {
+	if err := mw.fw.Flush(); err != nil {
+		mw.err = err
+		return err
+	}
+	mw.in = 0
+	return mw.sendSink(false)
 }
 
 // sendSink sends the compressed bytes gathered in the sink as a frame; the

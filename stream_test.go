@@ -839,3 +839,46 @@ func TestStreamMetrics(t *testing.T) {
 		})
 	}
 }
+
+// TestNextWriterCompressedFragmentsArriveAsWritten: with compression, each
+// fragment carries what was written before it (the compressor is flushed
+// at each), so a streaming peer reads the bytes of the fragments sent so
+// far before the writer closes.
+func TestNextWriterCompressedFragmentsArriveAsWritten(t *testing.T) {
+	t.Parallel()
+	opts := Options{StreamThreshold: 1024, WriteBufferSize: 8 << 10}
+	opts.Compression.Enabled = true
+	var read atomic.Int64
+	done := make(chan error, 1)
+	sh := newRecorder()
+	sh.message = func(c *Conn, m *Message) {
+		buf := make([]byte, 1000)
+		for {
+			n, err := m.Read(buf)
+			read.Add(int64(n))
+			if err != nil {
+				if err == io.EOF {
+					err = nil
+				}
+				done <- err
+				return
+			}
+		}
+	}
+	addr := startServer(t, sh, &opts)
+	client, _, err := Dial(testContext(t), "ws://"+addr, newRecorder(), &DialOptions{Options: opts})
+	require.NoError(t, err)
+	runClient(t, client)
+	require.True(t, client.Compressed())
+	w, err := client.NextWriter(OpText)
+	require.NoError(t, err)
+	frag := 8<<10 - maxHeaderSize
+	p := textOf(rand.New(rand.NewPCG(9, 10)), 3*frag+1)
+	_, err = w.Write(p)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return read.Load() >= int64(3*frag) }, 10*time.Second, time.Millisecond,
+		"the peer read %d of the %d bytes in the fragments sent", read.Load(), 3*frag)
+	require.NoError(t, w.Close())
+	require.NoError(t, <-done)
+	require.Equal(t, int64(len(p)), read.Load())
+}
