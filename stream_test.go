@@ -882,3 +882,34 @@ func TestNextWriterCompressedFragmentsArriveAsWritten(t *testing.T) {
 	require.NoError(t, <-done)
 	require.Equal(t, int64(len(p)), read.Load())
 }
+
+// TestStreamOverHTTP2: streaming both ways over WebSocket streams of
+// HTTP/2 (RFC 8441), whose connections read through a small buffer and
+// cannot wait for bytes without one.
+func TestStreamOverHTTP2(t *testing.T) {
+	t.Parallel()
+	opts := Options{StreamThreshold: 4 << 10, WriteBufferSize: 16 << 10, Compression: CompressionOptions{Enabled: true}}
+	sh, fromClient := newStreamRecorder()
+	addr := startH2(t, sh, &opts)
+	url, dopts := dialH2Options(t, addr)
+	dopts.Options = opts
+	ch, fromServer := newStreamRecorder()
+	client, resp, err := Dial(testContext(t), url, ch, dopts)
+	require.NoError(t, err)
+	require.Equal(t, 2, resp.ProtoMajor)
+	runClient(t, client)
+	server := sh.waitOpen(t)
+	r := rand.New(rand.NewPCG(11, 12))
+	for _, side := range []struct {
+		from *Conn
+		got  chan streamed
+	}{{client, fromClient}, {server, fromServer}} {
+		p := payloadOf(r, OpBinary, 500<<10)
+		_, err := side.from.WriteFrom(OpBinary, bytes.NewReader(p))
+		require.NoError(t, err)
+		s := waitStreamed(t, side.got)
+		require.NoError(t, s.err)
+		require.True(t, s.streamed)
+		require.True(t, bytes.Equal(p, s.data))
+	}
+}
