@@ -4,6 +4,7 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/gustws/gust/internal/bufpool"
 )
@@ -63,32 +64,45 @@ func (op Opcode) String() string {
 // buffer of the message it was called on. Pass Messages by pointer, as
 // OnMessage does; a copy would share the buffer (go vet reports copies).
 type Message struct {
-	Opcode Opcode // OpText or OpBinary
-	Data   []byte // nil for a streamed message: read it with Read
+	Opcode   Opcode // OpText or OpBinary
+	streamed bool   // the Message is a streamedMessage's
 
 	// closed is set by the first Close, which alone then touches buf, the
 	// pooled buffer under Data. The struct itself is never reused: a pooled
 	// one would come back as another message while its last owner still
 	// held a pointer to it, and that owner's second Close would then give
-	// the other message's buffer away.
+	// the other message's buffer away. Since every message received costs
+	// a fresh one, and so garbage-collector work, the struct is kept at 40
+	// bytes: what only a streamed message needs lives beside it.
 	closed atomic.Bool
+	Data   []byte // nil for a streamed message: read it with Read
 	buf    *[]byte
-	off    int        // the bytes of Data that Read has returned
-	st     *msgStream // a streamed message's frames; nil for a whole message
 }
 
-// messageSlab hands out Messages 32 at a time, each one once, so that
+// streamedMessage is a streamed Message and its stream, in one allocation.
+type streamedMessage struct {
+	Message
+	st msgStream
+}
+
+// stream returns the stream of a streamed message.
+func (m *Message) stream() *msgStream {
+	return &(*streamedMessage)(unsafe.Pointer(m)).st
+}
+
+// messageSlab hands out Messages 31 at a time, each one once, so that
 // receiving does not allocate per message although no Message is ever
 // reused. The garbage collector frees a slab once none of its Messages is
-// referenced: a Message kept for long keeps its 31 neighbours' structs
-// (about 1.3 KiB), not their buffers, which Close gave back.
+// referenced: a Message kept for long keeps its 30 neighbours' structs
+// (1.2 KiB), not their buffers, which Close gave back. 31 Messages of 40
+// bytes and the index fill the 1,280-byte size class.
 //
 // A read goroutine keeps the slab it took while it parses what one read
 // brought, and gives it back before it reads again (readState.putSlab), so
 // a burst of messages pays one pool round trip and an idle connection holds
 // no slab.
 type messageSlab struct {
-	ms   [32]Message
+	ms   [31]Message
 	next int
 }
 
@@ -137,8 +151,9 @@ func (m *Message) Close() {
 }
 
 // Read reads the message's next bytes into p, and returns io.EOF at its
-// end. For a whole message it reads Data (Close ends it: Data is nil
-// then).
+// end. For a whole message it reads Data and consumes it, as a
+// bytes.Buffer does: Data holds what is left to read (Close ends it: Data
+// is nil then).
 //
 // For a streamed message (Streamed), Read reads the frames as they arrive,
 // on the read goroutine: call it from OnMessage only, and only until
@@ -154,21 +169,21 @@ func (m *Message) Close() {
 // peer leaving (io.ErrUnexpectedEOF), is returned as well. After Close, or
 // once OnMessage has returned, Read returns an error.
 func (m *Message) Read(p []byte) (int, error) {
-	if m.st != nil {
+	if m.streamed {
 		if m.closed.Load() {
 			return 0, errStreamOver
 		}
-		return m.st.read(p)
+		return m.stream().read(p)
 	}
-	if m.off >= len(m.Data) {
+	if len(m.Data) == 0 {
 		return 0, io.EOF
 	}
-	n := copy(p, m.Data[m.off:])
-	m.off += n
+	n := copy(p, m.Data)
+	m.Data = m.Data[n:]
 	return n, nil
 }
 
 // Streamed reports whether the message is delivered as a stream: it had
 // outgrown Options.StreamThreshold when it reached OnMessage, its Data is
 // nil and its bytes come through Read.
-func (m *Message) Streamed() bool { return m.st != nil }
+func (m *Message) Streamed() bool { return m.streamed }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/gustws/gust/internal/bufpool"
 	"github.com/stretchr/testify/require"
@@ -84,4 +85,12 @@ func TestMessageCloseConcurrently(t *testing.T) {
 	wg.Wait()
 	require.Nil(t, m.Data)
 	require.Nil(t, m.buf)
+}
+
+// TestMessageSizes: every message received costs a fresh Message, so its
+// size is garbage-collector work per message; a slab fills a size class.
+func TestMessageSizes(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, uintptr(40), unsafe.Sizeof(Message{}))
+	require.Equal(t, uintptr(1248), unsafe.Sizeof(messageSlab{}), "31 Messages and the index: the 1,280-byte size class")
 }

@@ -32,6 +32,7 @@ type readState struct {
 	msg        *[]byte
 	n          int
 	utf8       utf8.Validator
+	hdr        frameHeader  // the frame being read
 	slab       *messageSlab // Messages for what the last read brought
 	ctrl       [maxControlPayload]byte
 	closed     bool // the peer's close frame has been read
@@ -136,11 +137,12 @@ type frameHeader struct {
 // *ProtocolError for a violation (the caller sends the close frame), or the
 // I/O error.
 func (c *Conn) readFrames() error {
+	h := &c.rd.hdr
 	for {
-		h, err := c.readHeader()
-		if err != nil {
+		if err := c.readHeader(h); err != nil {
 			return err
 		}
+		var err error
 		if h.op.isControl() {
 			err = c.readControl(h.op, int(h.length), h.key)
 		} else {
@@ -152,15 +154,17 @@ func (c *Conn) readFrames() error {
 	}
 }
 
-// readHeader reads and checks the next frame's header.
-func (c *Conn) readHeader() (frameHeader, error) {
+// readHeader reads and checks the next frame's header into h (which lives
+// in the readState: a header returned by value would be copied through
+// memory at every frame, since its key array keeps it out of registers).
+func (c *Conn) readHeader(h *frameHeader) error {
 	rd := &c.rd
-	var h frameHeader
+	*h = frameHeader{}
 	if err := c.ensure(2); err != nil {
 		if rd.w > rd.r || rd.op != 0 {
-			return h, noEOF(err) // the peer left in the middle of a frame or message
+			return noEOF(err) // the peer left in the middle of a frame or message
 		}
-		return h, err
+		return err
 	}
 	b := (*rd.buf)[rd.r:rd.w]
 	h.fin = b[0]&0x80 != 0
@@ -171,27 +175,27 @@ func (c *Conn) readHeader() (frameHeader, error) {
 	if rsv := b[0] & 0x70; rsv != 0 {
 		// RSV1 marks the first frame of a compressed message (RFC 7692 §6).
 		if rsv != 0x40 || c.deflate == nil || (h.op != OpText && h.op != OpBinary) {
-			return h, protocolError(StatusProtocolError, "reserved bits set")
+			return protocolError(StatusProtocolError, "reserved bits set")
 		}
 		h.compressed = true
 	}
 	if masked != c.server {
 		if c.server {
-			return h, protocolError(StatusProtocolError, "client frame not masked")
+			return protocolError(StatusProtocolError, "client frame not masked")
 		}
-		return h, protocolError(StatusProtocolError, "server frame masked")
+		return protocolError(StatusProtocolError, "server frame masked")
 	}
 	switch h.op {
 	case opContinuation, OpText, OpBinary:
 	case opClose, opPing, opPong:
 		if !h.fin {
-			return h, protocolError(StatusProtocolError, "fragmented control frame")
+			return protocolError(StatusProtocolError, "fragmented control frame")
 		}
 		if length > maxControlPayload {
-			return h, protocolError(StatusProtocolError, "control frame payload over 125 bytes")
+			return protocolError(StatusProtocolError, "control frame payload over 125 bytes")
 		}
 	default:
-		return h, protocolError(StatusProtocolError, "reserved opcode")
+		return protocolError(StatusProtocolError, "reserved opcode")
 	}
 
 	hn := 2
@@ -205,7 +209,7 @@ func (c *Conn) readHeader() (frameHeader, error) {
 		hn += 4
 	}
 	if err := c.ensure(hn); err != nil {
-		return h, noEOF(err)
+		return noEOF(err)
 	}
 	b = (*rd.buf)[rd.r:rd.w]
 	switch length {
@@ -214,7 +218,7 @@ func (c *Conn) readHeader() (frameHeader, error) {
 	case 127:
 		u := binary.BigEndian.Uint64(b[2:])
 		if u>>63 != 0 {
-			return h, protocolError(StatusProtocolError, "payload length with the most significant bit set")
+			return protocolError(StatusProtocolError, "payload length with the most significant bit set")
 		}
 		length = int64(u)
 	}
@@ -223,7 +227,7 @@ func (c *Conn) readHeader() (frameHeader, error) {
 	}
 	h.length = length
 	rd.r += hn
-	return h, nil
+	return nil
 }
 
 // readControl reads a control frame's payload and handles the frame.
@@ -284,7 +288,7 @@ func (c *Conn) unmask(dst, src []byte, key [4]byte, pos int) int {
 // checking text as it arrives, and dispatches the message on its last frame.
 // With Options.StreamThreshold set, a message that grows past it is handed
 // to OnMessage as a stream instead (streamMessage).
-func (c *Conn) readData(h frameHeader) error {
+func (c *Conn) readData(h *frameHeader) error {
 	rd := &c.rd
 	if h.op == opContinuation {
 		if rd.op == 0 {

@@ -55,7 +55,9 @@ const streamReaderSize = 32 << 10
 // compressed stream's window stays in step.
 func (c *Conn) streamMessage(fin bool, length int64, key [4]byte) error {
 	rd := &c.rd
-	s := &msgStream{c: c, remaining: length, fin: fin, key: key, wire: int64(rd.n) + length}
+	sm := &streamedMessage{Message: Message{Opcode: rd.op, streamed: true},
+		st: msgStream{c: c, remaining: length, fin: fin, key: key, wire: int64(rd.n) + length}}
+	m, s := &sm.Message, &sm.st
 	if rd.msg != nil {
 		s.prefix = (*rd.msg)[:rd.n]
 	}
@@ -68,7 +70,6 @@ func (c *Conn) streamMessage(fin bool, length int64, key [4]byte) error {
 	} else {
 		s.text = checkText
 	}
-	m := &Message{Opcode: rd.op, st: s}
 	if !c.closing.Load() { // the browser API drops messages that arrive while closing
 		c.handler.OnMessage(c, m)
 	}
@@ -269,7 +270,8 @@ func (s *msgStream) readRaw(p []byte) (int, error) {
 // close frame is answered and ends the stream with its *CloseError.
 func (s *msgStream) nextFrame() error {
 	c := s.c
-	h, err := c.readHeader()
+	h := &c.rd.hdr
+	err := c.readHeader(h)
 	if err != nil {
 		return err
 	}
