@@ -579,12 +579,40 @@ func (mw *messageWriter) release() {
 	w.mu.Unlock()
 }
 
-// ReadFrom writes what r yields until io.EOF, through a pooled buffer; it
-// does not close the writer.
+// ReadFrom writes what r yields until io.EOF; it does not close the
+// writer. Uncompressed, r reads straight into the fragment buffer, with no
+// copy and no buffer of its own; once the message is being compressed, the
+// bytes go through a pooled buffer to the compressor.
 func (mw *messageWriter) ReadFrom(r io.Reader) (int64, error) {
+	var total int64
+	for mw.fw == nil {
+		if mw.done {
+			return total, errClosed
+		}
+		if mw.err != nil {
+			return total, mw.err
+		}
+		if mw.n == mw.frag {
+			// Full, and r may have more: not the last fragment (if r
+			// has none, Close sends an empty last one).
+			if err := mw.flushFull(); err != nil {
+				return total, err
+			}
+			continue
+		}
+		k, err := r.Read((*mw.buf)[maxHeaderSize+mw.n : maxHeaderSize+mw.frag])
+		mw.n += k
+		mw.payload += k
+		total += int64(k)
+		if err == io.EOF {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+	}
 	buf := bufpool.Get(mw.frag)
 	defer bufpool.Put(buf)
-	var total int64
 	for {
 		n, err := r.Read(*buf)
 		if n > 0 {

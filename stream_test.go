@@ -11,6 +11,7 @@ import (
 	"runtime/metrics"
 	"sync/atomic"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -911,5 +912,43 @@ func TestStreamOverHTTP2(t *testing.T) {
 		require.NoError(t, s.err)
 		require.True(t, s.streamed)
 		require.True(t, bytes.Equal(p, s.data))
+	}
+}
+
+// TestWriteFromFragmentBoundaries: WriteFrom reads its reader straight
+// into the fragment buffer; messages that end on a fragment's edge or just
+// past it, read in small and odd pieces, arrive whole, both sides,
+// compressed or not.
+func TestWriteFromFragmentBoundaries(t *testing.T) {
+	t.Parallel()
+	for _, compress := range []bool{false, true} {
+		t.Run(fmt.Sprintf("compress=%v", compress), func(t *testing.T) {
+			t.Parallel()
+			opts := Options{StreamThreshold: 1 << 10, WriteBufferSize: 4 << 10}
+			opts.Compression.Enabled = compress
+			client, server, fromClient, fromServer := streamPair(t, opts)
+			w, err := client.NextWriter(OpBinary)
+			require.NoError(t, err)
+			frag := w.(*messageWriter).frag
+			require.NoError(t, w.Close())
+			s := waitStreamed(t, fromClient)
+			require.NoError(t, s.err)
+			require.Empty(t, s.data)
+			r := rand.New(rand.NewPCG(3, 4))
+			for _, size := range []int{frag - 1, frag, frag + 1, 2 * frag, 3*frag + 5} {
+				for _, side := range []struct {
+					from *Conn
+					got  chan streamed
+				}{{client, fromClient}, {server, fromServer}} {
+					p := payloadOf(r, OpBinary, size)
+					n, err := side.from.WriteFrom(OpBinary, iotest.HalfReader(bytes.NewReader(p)))
+					require.NoError(t, err)
+					require.Equal(t, int64(size), n)
+					s := waitStreamed(t, side.got)
+					require.NoError(t, s.err, "%d bytes", size)
+					require.True(t, bytes.Equal(p, s.data), "%d bytes", size)
+				}
+			}
+		})
 	}
 }
