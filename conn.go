@@ -213,7 +213,9 @@ func (c *Conn) finish(err error) {
 	c.pings.end()
 	c.wr.mu.Lock()
 	c.wr.closed = true
-	c.wr.streamEnd.Broadcast() // writes waiting for a NextWriter fail now
+	if c.wr.streamEnd != nil {
+		c.wr.streamEnd.Broadcast() // writes waiting for a NextWriter fail now
+	}
 	sent := c.sentCode
 	c.releaseWriteBuffer()
 	if c.deflate != nil {

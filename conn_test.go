@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 )
@@ -313,4 +314,13 @@ func TestPanicCloseSurvivesUnreadBytes(t *testing.T) {
 		var pe *PanicError
 		require.ErrorAs(t, h.waitClose(t), &pe)
 	}
+}
+
+// TestConnSize: every connection holds a Conn for its whole life, idle or
+// not; what only some connections use (a client's masking keys, a
+// NextWriter's wait, heartbeats) is allocated when used. 480 bytes is the
+// size class it fills.
+func TestConnSize(t *testing.T) {
+	t.Parallel()
+	require.LessOrEqual(t, unsafe.Sizeof(Conn{}), uintptr(480))
 }

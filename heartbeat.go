@@ -276,7 +276,7 @@ func (c *Conn) tryPingNow() bool {
 	var f [2 + 4]byte
 	var key [4]byte
 	if !c.server {
-		key = w.maskSource.next()
+		key = w.maskKey()
 	}
 	hn := putHeader(f[:], opPing, 0, !c.server, key)
 	n, err := c.rw.tryWrite(f[:hn])

@@ -32,10 +32,8 @@ type readState struct {
 	msg        *[]byte
 	n          int
 	utf8       utf8.Validator
-	hdr        frameHeader  // the frame being read
 	slab       *messageSlab // Messages for what the last read brought
-	ctrl       [maxControlPayload]byte
-	closed     bool // the peer's close frame has been read
+	closed     bool         // the peer's close frame has been read
 }
 
 // release gives the read buffer back; the message in progress, if any, is
@@ -137,16 +135,16 @@ type frameHeader struct {
 // *ProtocolError for a violation (the caller sends the close frame), or the
 // I/O error.
 func (c *Conn) readFrames() error {
-	h := &c.rd.hdr
+	var h frameHeader
 	for {
-		if err := c.readHeader(h); err != nil {
+		if err := c.readHeader(&h); err != nil {
 			return err
 		}
 		var err error
 		if h.op.isControl() {
 			err = c.readControl(h.op, int(h.length), h.key)
 		} else {
-			err = c.readData(h)
+			err = c.readData(&h)
 		}
 		if err != nil {
 			return err
@@ -154,9 +152,9 @@ func (c *Conn) readFrames() error {
 	}
 }
 
-// readHeader reads and checks the next frame's header into h (which lives
-// in the readState: a header returned by value would be copied through
-// memory at every frame, since its key array keeps it out of registers).
+// readHeader reads and checks the next frame's header into h (a header
+// returned by value would be copied through memory at every frame, since
+// its key array keeps it out of registers).
 func (c *Conn) readHeader(h *frameHeader) error {
 	rd := &c.rd
 	*h = frameHeader{}
@@ -236,8 +234,10 @@ func (c *Conn) readControl(op Opcode, n int, key [4]byte) error {
 	if err := c.ensure(n); err != nil {
 		return noEOF(err)
 	}
-	p := rd.ctrl[:n]
-	c.unmask(p, (*rd.buf)[rd.r:rd.r+n], key, 0)
+	// Unmasked in place: the bytes are consumed, and stay put until the
+	// next read from the socket, after the callback.
+	p := (*rd.buf)[rd.r : rd.r+n]
+	c.unmask(p, p, key, 0)
 	rd.r += n
 	switch op {
 	case opPing:

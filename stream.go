@@ -270,7 +270,8 @@ func (s *msgStream) readRaw(p []byte) (int, error) {
 // close frame is answered and ends the stream with its *CloseError.
 func (s *msgStream) nextFrame() error {
 	c := s.c
-	h := &c.rd.hdr
+	var hdr frameHeader
+	h := &hdr
 	err := c.readHeader(h)
 	if err != nil {
 		return err
@@ -296,8 +297,8 @@ func (s *msgStream) nextFrame() error {
 func (c *Conn) waitStreamLocked() {
 	w := &c.wr
 	for w.streaming.Load() && !w.closed {
-		if w.streamEnd.L == nil {
-			w.streamEnd.L = &w.mu
+		if w.streamEnd == nil {
+			w.streamEnd = sync.NewCond(&w.mu)
 		}
 		w.streamEnd.Wait()
 	}
@@ -499,7 +500,7 @@ func (mw *messageWriter) sendFrame(final bool) error {
 	p := (*mw.buf)[maxHeaderSize : maxHeaderSize+mw.n]
 	var key [4]byte
 	if !c.server {
-		key = w.maskSource.next()
+		key = w.maskKey()
 		mask.Apply(p, key, 0)
 	}
 	hn := putHeader(w.hdr[:], op, len(p), !c.server, key)
@@ -575,7 +576,9 @@ func (mw *messageWriter) release() {
 	}
 	w.streaming.Store(false)
 	w.pingDue.Store(false) // the outbox sends a ping still due
-	w.streamEnd.Broadcast()
+	if w.streamEnd != nil {
+		w.streamEnd.Broadcast()
+	}
 	w.mu.Unlock()
 }
 

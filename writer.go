@@ -28,13 +28,13 @@ type writeState struct {
 	closeSent bool
 	closed    bool
 	streaming atomic.Bool // a NextWriter is open: other data messages wait; set under mu
-	streamEnd sync.Cond   // signalled when it closes, or the connection ends
+	streamEnd *sync.Cond  // signalled when it closes, or the connection ends; made by the first wait
 	pingDue   atomic.Bool // a heartbeat ping for the open NextWriter to send between fragments
 	err       error       // sticky: a failed write leaves the stream unusable
 	hdr       [maxHeaderSize]byte
 
-	out        outbox // its own lock: queueing never waits for the socket
-	maskSource maskSource
+	out        outbox      // its own lock: queueing never waits for the socket
+	maskSource *maskSource // a client's, made by its first frame
 
 	// The write timeout: the socket's write deadline is moved forward at
 	// most every quarter of Options.WriteTimeout, not at every write.
@@ -380,7 +380,7 @@ func (c *Conn) writeFrameLocked(op Opcode, p []byte) error {
 	w := &c.wr
 	var key [4]byte
 	if !c.server {
-		key = w.maskSource.next()
+		key = w.maskKey()
 	}
 	hn := putHeader(w.hdr[:], op, len(p), !c.server, key)
 	total := hn + len(p)
@@ -626,6 +626,15 @@ func putHeader(b []byte, op Opcode, n int, masked bool, key [4]byte) int {
 type maskSource struct {
 	buf [64]byte
 	pos int
+}
+
+// maskKey returns the next masking key of a client's frame; the caller
+// holds the write lock.
+func (w *writeState) maskKey() [4]byte {
+	if w.maskSource == nil {
+		w.maskSource = new(maskSource)
+	}
+	return w.maskSource.next()
 }
 
 func (s *maskSource) next() [4]byte {
