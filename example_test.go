@@ -173,15 +173,11 @@ func (g greeter) OnOpen(c *gust.Conn) {
 func ExampleConn_WriteAsync() {
 	g := greeter{written: make(chan error, 1)}
 	srv := &gust.Server{Upgrader: gust.Upgrader{Handler: g}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	go srv.Serve(ln)
+	url := listen(srv)
 	defer srv.Close()
 
 	in := newInbox()
-	client := dial("ws://"+ln.Addr().String(), in)
+	client := dial(url, in)
 	fmt.Println(<-in.messages)
 	fmt.Println("write result:", <-g.written)
 	client.Close(gust.StatusNormalClosure, "")
@@ -212,15 +208,11 @@ func (s sessions) OnClose(c *gust.Conn, err error) {
 func ExampleCloseStatus() {
 	s := sessions{ended: make(chan struct{})}
 	srv := &gust.Server{Upgrader: gust.Upgrader{Handler: s}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	go srv.Serve(ln)
+	url := listen(srv)
 	defer srv.Close()
 
 	in := newInbox()
-	client := dial("ws://"+ln.Addr().String(), in)
+	client := dial(url, in)
 	client.Close(4000, "logout")
 	<-s.ended
 	fmt.Println("the server answered with", gust.CloseStatus(<-in.closed))
@@ -261,12 +253,17 @@ func ExampleDial() {
 // returns its ws:// URL; stop closes it.
 func serve(h gust.Event) (url string, stop func()) {
 	srv := &gust.Server{Upgrader: gust.Upgrader{Handler: h}}
+	return listen(srv), func() { srv.Close() }
+}
+
+// listen serves srv on a loopback port and returns its ws:// URL.
+func listen(srv *gust.Server) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		log.Fatal(err)
 	}
 	go srv.Serve(ln)
-	return "ws://" + ln.Addr().String(), func() { srv.Close() }
+	return "ws://" + ln.Addr().String()
 }
 
 // moderator closes a connection with the code that fits what the client said.
@@ -501,16 +498,12 @@ func ExampleServer_onRequest() {
 		Subprotocols: []string{"chat.v1"},
 		OnRequest:    checkSession, // the same callback as behind net/http
 	}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	go srv.Serve(ln)
+	url := listen(srv)
 	defer srv.Close()
 
 	in := newInbox()
 	opts := &gust.DialOptions{Header: http.Header{"Cookie": {"session=s3cret"}}, Subprotocols: []string{"chat.v1"}}
-	c, _, err := gust.Dial(context.Background(), "ws://"+ln.Addr().String()+"/chat", in, opts)
+	c, _, err := gust.Dial(context.Background(), url+"/chat", in, opts)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -572,15 +565,11 @@ func (shop) OnMessage(c *gust.Conn, m *gust.Message) {
 
 func ExampleConn_WriteJSON() {
 	srv := &gust.Server{Upgrader: gust.Upgrader{Handler: shop{}}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	go srv.Serve(ln)
+	url := listen(srv)
 	defer srv.Close()
 
 	in := newInbox()
-	client := dial("ws://"+ln.Addr().String(), in)
+	client := dial(url, in)
 	if err := client.WriteJSON(order{Item: "tea", Count: 2}); err != nil {
 		log.Fatal(err)
 	}
@@ -594,14 +583,10 @@ func ExampleConn_WriteJSON() {
 
 func ExampleConn_Ping() {
 	srv := &gust.Server{Upgrader: gust.Upgrader{Handler: echo{}}} // echo's OnPing answers
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	go srv.Serve(ln)
+	url := listen(srv)
 	defer srv.Close()
 
-	client := dial("ws://"+ln.Addr().String(), newInbox())
+	client := dial(url, newInbox())
 	// Ping waits for the pong, which the read goroutine reads: call it from
 	// another goroutine than the callbacks, with a deadline.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -637,13 +622,8 @@ func ExampleOptions_heartbeat() {
 			PingTimeout:  100 * time.Millisecond, // cut it if still silent this long after the ping
 		},
 	}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	go srv.Serve(ln)
+	url := listen(srv)
 	defer srv.Close()
-	url := "ws://" + ln.Addr().String()
 
 	// A client that answers pings (BuiltinEventHandler does) stays.
 	alive := dial(url, newInbox())
@@ -698,15 +678,11 @@ func ExampleMetrics() {
 		Handler: echo{},
 		Options: gust.Options{Metrics: m}, // every connection of srv reports to m
 	}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	go srv.Serve(ln)
+	url := listen(srv)
 	defer srv.Close()
 
 	in := newInbox()
-	client := dial("ws://"+ln.Addr().String(), in)
+	client := dial(url, in)
 	client.WriteString("hello")
 	<-in.messages
 	client.Close(gust.StatusNormalClosure, "")
@@ -733,15 +709,11 @@ func ExampleOptions_logger() {
 		Handler: panicky{},
 		Options: gust.Options{Logger: logger},
 	}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	go srv.Serve(ln)
+	url := listen(srv)
 	defer srv.Close()
 
 	in := newInbox()
-	client := dial("ws://"+ln.Addr().String(), in)
+	client := dial(url, in)
 	client.WriteString("hello")
 	fmt.Println(gust.CloseStatus(<-in.closed))
 	// Output:
@@ -794,15 +766,11 @@ func ExampleMessage_Read() {
 			MaxMessageSize:  1 << 30,   // which the limit still bounds
 		},
 	}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	go srv.Serve(ln)
+	url := listen(srv)
 	defer srv.Close()
 
 	in := newInbox()
-	client := dial("ws://"+ln.Addr().String(), in)
+	client := dial(url, in)
 	client.WriteString("small")
 	fmt.Println(<-in.messages)
 	client.WriteFrom(gust.OpBinary, io.LimitReader(zeros{}, 16<<20)) // 16 MiB, never held whole
