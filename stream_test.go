@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"os"
 	"runtime"
 	"runtime/metrics"
 	"sync/atomic"
@@ -951,4 +952,60 @@ func TestWriteFromFragmentBoundaries(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestStreamSilentPeerMidFrameIsCut: a peer that announces a large frame,
+// sends part of it and goes silent (answering no ping) holds a streaming
+// handler in Read only until the heartbeat cuts it: Read returns an error,
+// and OnClose says the peer was silent.
+func TestStreamSilentPeerMidFrameIsCut(t *testing.T) {
+	t.Parallel()
+	sh, got := newStreamRecorder()
+	opts := &Options{StreamThreshold: 1 << 10, PingInterval: hbInterval, PingTimeout: hbTimeout}
+	addr := startServer(t, sh, opts)
+	rc := dialRaw(t, addr, nil)
+	sh.waitOpen(t)
+
+	key := [4]byte{1, 2, 3, 4}
+	head := []byte{0x82, 0x80 | 127, 0, 0, 0, 0, 0, 0x10, 0, 0} // 1 MiB announced
+	head = append(head, key[:]...)
+	part := make([]byte, 8<<10) // 8 KiB sent: past the threshold, far short of the frame
+	for i := range part {
+		part[i] ^= key[i&3]
+	}
+	start := time.Now()
+	rc.send(head, part)
+
+	s := waitStreamed(t, got)
+	require.True(t, s.streamed)
+	require.Error(t, s.err, "Read must end when the peer is cut")
+	require.Len(t, s.data, 8<<10)
+	err := sh.waitClose(t)
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+	require.Less(t, time.Since(start), hbInterval+hbTimeout+hbMargin)
+}
+
+// TestNextWriterToAPeerThatNeverReads: WriteTimeout bounds a NextWriter's
+// writes too: a peer that stops reading ends the connection, and Write
+// returns an error wrapping os.ErrDeadlineExceeded, with a bounded wait.
+func TestNextWriterToAPeerThatNeverReads(t *testing.T) {
+	t.Parallel()
+	srv := newRecorder()
+	addr := startServer(t, srv, &Options{WriteTimeout: 200 * time.Millisecond})
+	dialRaw(t, addr, nil) // never reads
+	c := srv.waitOpen(t)
+
+	w, err := c.NextWriter(OpBinary)
+	require.NoError(t, err)
+	chunk := make([]byte, 64<<10)
+	start := time.Now()
+	for written := 0; written < 1<<30; written += len(chunk) {
+		if _, err = w.Write(chunk); err != nil {
+			break
+		}
+	}
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+	require.Less(t, time.Since(start), 10*time.Second)
+	require.Error(t, w.Close())
+	require.ErrorIs(t, srv.waitClose(t), os.ErrDeadlineExceeded)
 }
