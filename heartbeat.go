@@ -312,15 +312,7 @@ func (c *Conn) queuePing() {
 		o.mu.Unlock()
 		return
 	}
-	o.queue = append(roomFor(o.queue), outboxItem{op: opPing})
-	if m := c.cfg.Metrics; m != nil {
-		m.Queued(c, 1) // under o.mu, as enqueue does; the writer reports it leaving
-	}
-	start := c.startWriterLocked()
-	o.mu.Unlock()
-	if start {
-		go c.drainOutbox()
-	}
+	c.pushLocked(outboxItem{op: opPing})
 }
 
 func (w *wheel) insertLocked(hb *heartbeat) {

@@ -204,14 +204,25 @@ func (c *Conn) enqueue(it outboxItem) error {
 			return ErrQueueFull
 		}
 	}
+	if m := c.cfg.Metrics; m != nil && full { // OutboxDropOldest made room
+		m.Queued(c, -1)
+		m.Dropped(c, 1)
+	}
+	c.pushLocked(it)
+	if dropped.done != nil {
+		dropped.done(ErrQueueFull)
+	}
+	return nil
+}
+
+// pushLocked appends it to the queue, reports it to Options.Metrics and
+// releases o.mu, starting the writer unless it runs. The report is made
+// under o.mu, so that the writer's report of taking the message comes after
+// it: the sum of Queued never goes below 0.
+func (c *Conn) pushLocked(it outboxItem) {
+	o := &c.wr.out
 	o.queue = append(roomFor(o.queue), it)
 	if m := c.cfg.Metrics; m != nil {
-		// Under o.mu, so that the writer's report of taking the message
-		// comes after this one: the sum never goes below 0.
-		if full { // OutboxDropOldest made room
-			m.Queued(c, -1)
-			m.Dropped(c, 1)
-		}
 		m.Queued(c, 1)
 	}
 	start := c.startWriterLocked()
@@ -219,10 +230,6 @@ func (c *Conn) enqueue(it outboxItem) error {
 	if start {
 		go c.drainOutbox()
 	}
-	if dropped.done != nil {
-		dropped.done(ErrQueueFull)
-	}
-	return nil
 }
 
 // dropped reports n messages the outbox refused or discarded to

@@ -426,8 +426,8 @@ func (c *Conn) inflateMessage() error {
 	if rd.op == OpText && !c.cfg.SkipUTF8Validation {
 		v = &rd.utf8
 	}
-	limit := c.cfg.MaxMessageSize
-	if t := int64(c.cfg.StreamThreshold); t > 0 && (limit < 0 || t < limit) {
+	limit := c.maxMessageSize()
+	if t := int64(c.cfg.StreamThreshold); t > 0 && t < limit {
 		limit = t // past it, the message is streamed instead
 	}
 	rd.msg = bufpool.Grow(rd.msg, rd.n+len(deflateTail))

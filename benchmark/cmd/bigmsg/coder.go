@@ -52,16 +52,10 @@ func coderSend(c config, src io.Reader) (int64, error) {
 }
 
 func coderReceive(c config, dst io.Writer, started func()) (int64, error) {
-	type outcome struct {
-		n   int64
-		err error
-	}
-	done := make(chan outcome, 1)
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return receiveOnce(c.addr, func(w http.ResponseWriter, r *http.Request) (int64, error) {
 		conn, err := coder.Accept(w, r, &coder.AcceptOptions{CompressionMode: coderMode(c.compress)})
 		if err != nil {
-			done <- outcome{err: err}
-			return
+			return 0, err
 		}
 		defer conn.CloseNow()
 		conn.SetReadLimit(-1)
@@ -69,8 +63,7 @@ func coderReceive(c config, dst io.Writer, started func()) (int64, error) {
 		ctx := r.Context()
 		_, rd, err := conn.Reader(ctx)
 		if err != nil {
-			done <- outcome{err: err}
-			return
+			return 0, err
 		}
 		n, err := io.Copy(dst, rd)
 		if err == nil {
@@ -83,14 +76,6 @@ func coderReceive(c config, dst io.Writer, started func()) (int64, error) {
 				err = nil
 			}
 		}
-		done <- outcome{n, err}
-	})}
-	ln, err := listen(c.addr)
-	if err != nil {
-		return 0, err
-	}
-	go srv.Serve(ln)
-	o := <-done
-	srv.Close()
-	return o.n, o.err
+		return n, err
+	})
 }

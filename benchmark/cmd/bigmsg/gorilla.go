@@ -42,24 +42,17 @@ func gorillaSend(c config, src io.Reader) (int64, error) {
 }
 
 func gorillaReceive(c config, dst io.Writer, started func()) (int64, error) {
-	type outcome struct {
-		n   int64
-		err error
-	}
-	done := make(chan outcome, 1)
 	u := websocket.Upgrader{EnableCompression: c.compress}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return receiveOnce(c.addr, func(w http.ResponseWriter, r *http.Request) (int64, error) {
 		conn, err := u.Upgrade(w, r, nil)
 		if err != nil {
-			done <- outcome{err: err}
-			return
+			return 0, err
 		}
 		defer conn.Close()
 		started()
 		_, rd, err := conn.NextReader()
 		if err != nil {
-			done <- outcome{err: err}
-			return
+			return 0, err
 		}
 		n, err := io.Copy(dst, rd)
 		if err == nil {
@@ -68,14 +61,6 @@ func gorillaReceive(c config, dst io.Writer, started func()) (int64, error) {
 		if err == nil {
 			conn.ReadMessage() // the sender's close
 		}
-		done <- outcome{n, err}
-	})}
-	ln, err := listen(c.addr)
-	if err != nil {
-		return 0, err
-	}
-	go srv.Serve(ln)
-	o := <-done
-	srv.Close()
-	return o.n, o.err
+		return n, err
+	})
 }

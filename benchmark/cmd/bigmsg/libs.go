@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 )
 
@@ -33,4 +34,26 @@ func checkAnswer(answer string, n int64) error {
 		return fmt.Errorf("the receiver answered %q to %d bytes", answer, n)
 	}
 	return nil
+}
+
+// receiveOnce serves HTTP on addr until handle has taken one connection,
+// and returns what handle returned.
+func receiveOnce(addr string, handle func(w http.ResponseWriter, r *http.Request) (int64, error)) (int64, error) {
+	type outcome struct {
+		n   int64
+		err error
+	}
+	done := make(chan outcome, 1)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, err := handle(w, r)
+		done <- outcome{n, err}
+	})}
+	ln, err := listen(addr)
+	if err != nil {
+		return 0, err
+	}
+	go srv.Serve(ln)
+	o := <-done
+	srv.Close()
+	return o.n, o.err
 }
