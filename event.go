@@ -36,6 +36,9 @@ type Event interface {
 	// OnMessage is called for each complete data message. The message and
 	// its Data belong to the handler: call m.Close when done with it to give
 	// its buffer back to the pool (not calling Close is safe, just slower).
+	// A message closed before OnMessage returns is gust's once it returns,
+	// and may carry the connection's next message: with defer m.Close(),
+	// receiving allocates nothing.
 	// With Options.StreamThreshold, a large message is handed over as soon
 	// as it outgrows the threshold, as a stream read with m.Read until
 	// OnMessage returns (see Message.Read).

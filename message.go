@@ -59,21 +59,25 @@ func (op Opcode) String() string {
 // Options.StreamThreshold and Streamed).
 //
 // Close may be called more than once, from any goroutine: only the first
-// call gives the buffer back, later ones do nothing. gust never reuses a
-// Message for another message, so a late Close can only ever reach the
-// buffer of the message it was called on. Pass Messages by pointer, as
-// OnMessage does; a copy would share the buffer (go vet reports copies).
+// call gives the buffer back, later ones do nothing. A Message kept past
+// OnMessage is never reused, however late its Close comes. One that
+// OnMessage closed before returning is gust's again once OnMessage
+// returns, and may carry the next message of its connection: with the
+// usual defer m.Close(), receiving allocates nothing. Pass Messages by
+// pointer, as OnMessage does; a copy would share the buffer (go vet
+// reports copies).
 type Message struct {
 	Opcode   Opcode // OpText or OpBinary
 	streamed bool   // the Message is a streamedMessage's
 
 	// closed is set by the first Close, which alone then touches buf, the
-	// pooled buffer under Data. The struct itself is never reused: a pooled
-	// one would come back as another message while its last owner still
-	// held a pointer to it, and that owner's second Close would then give
-	// the other message's buffer away. Since every message received costs
-	// a fresh one, and so garbage-collector work, the struct is kept at 40
-	// bytes: what only a streamed message needs lives beside it.
+	// pooled buffer under Data. The struct is reused only when the handler
+	// closed it before returning (readState.recycle): one from a pool would
+	// come back as another message while its last owner still held a
+	// pointer to it, and that owner's second Close would then give the
+	// other message's buffer away. A message kept past its handler costs a
+	// fresh struct, and so garbage-collector work, so the struct is kept at
+	// 40 bytes: what only a streamed message needs lives beside it.
 	closed atomic.Bool
 	Data   []byte // nil for a streamed message: read it with Read
 	buf    *[]byte
@@ -90,12 +94,13 @@ func (m *Message) stream() *msgStream {
 	return &(*streamedMessage)(unsafe.Pointer(m)).st
 }
 
-// messageSlab hands out Messages 31 at a time, each one once, so that
-// receiving does not allocate per message although no Message is ever
-// reused. The garbage collector frees a slab once none of its Messages is
-// referenced: a Message kept for long keeps its 30 neighbours' structs
-// (1.2 KiB), not their buffers, which Close gave back. 31 Messages of 40
-// bytes and the index fill the 1,280-byte size class.
+// messageSlab hands out Messages 31 at a time, so that receiving does not
+// allocate per message. A slot is handed out once, unless the handler it
+// went to closed it before returning (readState.recycle): then it carries
+// the next message. The garbage collector frees a slab once none of its
+// Messages is referenced: a Message kept for long keeps its 30 neighbours'
+// structs (1.2 KiB), not their buffers, which Close gave back. 31 Messages
+// of 40 bytes and the index fill the 1,280-byte size class.
 //
 // A read goroutine keeps the slab it took while it parses what one read
 // brought, and gives it back before it reads again (readState.putSlab), so
@@ -111,28 +116,37 @@ var messageSlabs sync.Pool
 // newMessage hands out the next unused Message of the read goroutine's slab.
 func (rd *readState) newMessage(op Opcode, buf *[]byte, n int) *Message {
 	s := rd.slab
-	if s == nil {
+	if s == nil || s.next == len(s.ms) {
 		s, _ = messageSlabs.Get().(*messageSlab)
 		if s == nil {
 			s = new(messageSlab)
 		}
-		rd.slab = s
+		rd.slab = s // a used-up one is left to the garbage collector
 	}
 	m := &s.ms[s.next]
 	s.next++
-	if s.next == len(s.ms) {
-		rd.slab = nil // used up: the garbage collector takes it from here
-	}
+	m.closed.Store(false) // a recycled slot was closed
 	m.Opcode, m.Data = op, (*buf)[:n]
 	m.buf = buf
 	return m
 }
 
+// recycle takes back m, the message the read goroutine handed to a handler
+// that has returned, if the handler closed it: its slot then carries the
+// next message. One still open is the handler's to keep.
+func (rd *readState) recycle(m *Message) {
+	if s := rd.slab; s != nil && s.next > 0 && &s.ms[s.next-1] == m && m.closed.Load() {
+		s.next--
+	}
+}
+
 // putSlab gives the read goroutine's slab back to the pool, with the
-// Messages it has not handed out yet.
+// Messages it has not handed out yet; a used-up one is dropped.
 func (rd *readState) putSlab() {
-	if rd.slab != nil {
-		messageSlabs.Put(rd.slab)
+	if s := rd.slab; s != nil {
+		if s.next < len(s.ms) {
+			messageSlabs.Put(s)
+		}
 		rd.slab = nil
 	}
 }

@@ -396,6 +396,7 @@ func (c *Conn) readData(h *frameHeader) error {
 	rd.msg, rd.op, rd.n = nil, 0, 0
 	if c.closing.Load() {
 		m.Close() // the browser API drops messages that arrive while closing
+		rd.recycle(m)
 		return nil
 	}
 	c.dispatch(m)
@@ -454,6 +455,7 @@ func noEOF(err error) error {
 func (c *Conn) dispatch(m *Message) {
 	if c.parallel == nil {
 		c.handler.OnMessage(c, m)
+		c.rd.recycle(m)
 		return
 	}
 	c.parallel <- struct{}{}
