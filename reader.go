@@ -67,7 +67,7 @@ func (c *Conn) read(p []byte) (int, error) {
 		n, err := c.conn.Read(p)
 		if n > 0 {
 			c.hbArrived()
-			c.cork()
+			c.cork(drainedBatch(n, len(p)))
 			return n, nil
 		}
 		if err != nil {

@@ -90,7 +90,7 @@ func (c *Conn) fillIdle() (bool, error) {
 	c.rd.buf, c.rd.r, c.rd.w = ir.buf, 0, ir.n
 	ir.buf = nil
 	c.hbArrived()
-	c.cork()
+	c.cork(drainedBatch(ir.n, ir.size))
 	return true, nil
 }
 
