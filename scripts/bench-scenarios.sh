@@ -1,12 +1,13 @@
 # scripts/bench-scenarios.sh: the gustload flags of the message scenarios of issue 4, sourced by
 # scripts/bench and scripts/bench-syscalls so that both run exactly the same load. Not a command.
 
-# message_scenario_flags SCENARIO prints gustload's flags for a, b, c, d or f (without -T).
+# message_scenario_flags SCENARIO prints gustload's flags for a, b, c, c5, d or f (without -T).
 message_scenario_flags() {
 	case "$1" in
 	a) echo "-c 1 -w 256 -p 300" ;;         # ws-tool's headline
 	b) echo "-c 200 -w 16 -p 2396" ;;       # gws's tcpkali case
 	c) echo "-c 1000 -w 1 -p 1024" ;;       # request/response
+	c5) echo "-c 5000 -w 1 -p 1024" ;;      # the same at 5,000 connections (published Go benchmarks)
 	d) echo "-c 1 -w 4 -p 1048576 -binary" ;; # 1 MiB messages
 	f) echo "-c 4 -w 150 -p 1024" ;;        # sockety-style QPS
 	*) return 1 ;;
