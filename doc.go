@@ -124,7 +124,10 @@
 // (from OnMessage, OnPing and OnPong, or from other goroutines meanwhile) are
 // corked: they wait in a buffer and leave together, in one system call,
 // before the next blocking read, so an echo or request/response server makes
-// one write per read rather than one per message. A corked write returns
+// one write per read rather than one per message. (A read of 40 KiB or more
+// that emptied the socket sends its first 16 KiB of answers at once, so
+// that a pipelining peer waiting for them is not idle while the rest is
+// dispatched.) A corked write returns
 // before its bytes are sent; if sending them fails, the connection ends and
 // OnClose gets the error. A callback that blocks therefore delays every
 // corked write: hand slow work to a goroutine, or set Options.Parallel.

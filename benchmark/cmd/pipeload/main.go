@@ -281,7 +281,7 @@ func procCPU(pid int) time.Duration {
 	if len(f) < 13 {
 		return 0
 	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64) // utime, field 14
-	st, _ := strconv.ParseInt(f[12], 10, 64) // stime, field 15
+	ut, _ := strconv.ParseInt(f[11], 10, 64)          // utime, field 14
+	st, _ := strconv.ParseInt(f[12], 10, 64)          // stime, field 15
 	return time.Duration(ut+st) * (time.Second / 100) // USER_HZ is 100 on Linux
 }
