@@ -334,9 +334,21 @@ func (c *Conn) readData(h *frameHeader) error {
 					size = min(size, threshold)
 				}
 			}
+			if fin && size < end {
+				// A buffer for the whole frame that the pool already
+				// holds commits no new memory: take it rather than grow
+				// to it by doubling, copying the message at each step.
+				if nb := bufpool.TryGet(end); nb != nil {
+					if rd.msg != nil {
+						copy(*nb, (*rd.msg)[:rd.n])
+						bufpool.Put(rd.msg)
+					}
+					rd.msg = nb
+				}
+			}
 			if rd.msg == nil {
 				rd.msg = bufpool.Get(size)
-			} else {
+			} else if len(*rd.msg) == rd.n {
 				rd.msg = bufpool.Grow(rd.msg, size)
 			}
 		}

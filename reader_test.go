@@ -162,6 +162,29 @@ func TestLargeFragmentedMessagesReadStraightIntoTheMessage(t *testing.T) {
 	})
 }
 
+// TestLargeFrameInPieces: a 1 MiB frame arriving a few KiB at a time is
+// read whole, the first time by growing its buffer with the bytes that
+// arrived, the next times into a buffer of the frame's size the pool holds
+// already (the first message's, given back by the echo).
+func TestLargeFrameInPieces(t *testing.T) {
+	t.Parallel()
+	forEachTCPMode(t, func(t *testing.T, m serverMode) {
+		h := newEcho()
+		c := dialRaw(t, m.start(t, h, nil), nil)
+		want := patterned(1<<20 + 3)
+		f := frame(0x82, want)
+		for range 3 {
+			for rest := f; len(rest) > 0; {
+				n := min(len(rest), 96<<10+17)
+				c.send(rest[:n])
+				rest = rest[n:]
+				time.Sleep(time.Millisecond)
+			}
+			c.expectMessage(OpBinary, want)
+		}
+	})
+}
+
 func TestPeerResetEndsTheConnection(t *testing.T) {
 	t.Parallel()
 	forEachTCPMode(t, func(t *testing.T, m serverMode) {

@@ -157,7 +157,7 @@ func (h *lateWriter) OnMessage(c *Conn, m *Message) {
 	m.Close()
 }
 
-func TestLargeServerFramesGoOutWholeThroughTheWriteBuffer(t *testing.T) {
+func TestLargeServerFramesGoOutWhole(t *testing.T) {
 	t.Parallel()
 	for _, size := range []int{1024, 4096, 64 << 10} {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {

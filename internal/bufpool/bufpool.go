@@ -59,6 +59,21 @@ func Get(n int) *[]byte {
 	return &b
 }
 
+// TryGet returns a pooled buffer with len(*b) == n, or nil if the pool of
+// n's class is empty or n is outside the classes: it never allocates. A
+// caller that must not commit memory a peer merely announced can still
+// take a buffer the process already holds.
+func TryGet(n int) *[]byte {
+	if n < 0 || n > MaxSize {
+		return nil
+	}
+	if p, ok := pools[class(n)].Get().(*[]byte); ok {
+		*p = (*p)[:n]
+		return p
+	}
+	return nil
+}
+
 // Put returns b to the pool for reuse. Buffers whose capacity is not
 // exactly a class size (such as ones larger than [MaxSize] or ones not
 // from [Get]) are dropped for the garbage collector. Put(nil) does

@@ -124,6 +124,31 @@ func TestGetPutNoAllocs(t *testing.T) {
 	}
 }
 
+func TestTryGet(t *testing.T) {
+	require.Nil(t, TryGet(-1))
+	require.Nil(t, TryGet(MaxSize+1))
+	// TryGet never allocates, whether or not the pool has a buffer.
+	allocs := testing.AllocsPerRun(100, func() {
+		if b := TryGet(3 << 20); b != nil {
+			Put(b)
+		}
+	})
+	require.Zero(t, allocs)
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop items at random")
+	}
+	for _, n := range []int{700, 1 << 20, 3<<20 + 1} {
+		b := Get(n)
+		(*b)[0] = 42
+		Put(b)
+		got := TryGet(n)
+		require.NotNil(t, got, "TryGet(%d) after a Put of its class", n)
+		require.Len(t, *got, n)
+		require.Equal(t, MinSize<<class(n), cap(*got))
+		Put(got)
+	}
+}
+
 func TestConcurrent(t *testing.T) {
 	t.Parallel()
 	done := make(chan struct{})
