@@ -84,7 +84,7 @@ var scenarios = []scenario{
 	{"y", "1,000 idle compressed connections (context takeover), one 2 KiB JSON echo each", "heap KiB per connection after two GCs", "KiB",
 		func(r result) float64 { return r.HeapSettled }, true, "gws-deflate",
 		func(a *agg) string {
-			return fmt.Sprintf("(%s after one GC, as in e)", num(a.mean(func(r result) float64 { return r.HeapPerConn })))
+			return fmt.Sprintf("(%s after one GC, as in e)", num(a.median(func(r result) float64 { return r.HeapPerConn })))
 		}},
 }
 
@@ -148,15 +148,22 @@ type agg struct {
 
 func (a *agg) ok() bool { return len(a.runs) > 0 && len(a.errs) == 0 }
 
-func (a *agg) mean(f func(result) float64) float64 {
+// median is the middle run's value (the mean of the two middle ones for an
+// even count): one slow or fast run does not move it, as it would a mean.
+func (a *agg) median(f func(result) float64) float64 {
 	if len(a.runs) == 0 {
 		return math.NaN()
 	}
-	s := 0.0
-	for _, r := range a.runs {
-		s += f(r)
+	v := make([]float64, len(a.runs))
+	for i, r := range a.runs {
+		v[i] = f(r)
 	}
-	return s / float64(len(a.runs))
+	sort.Float64s(v)
+	n := len(v)
+	if n%2 == 1 {
+		return v[n/2]
+	}
+	return (v[n/2-1] + v[n/2]) / 2
 }
 
 func (a *agg) spread(f func(result) float64) (lo, hi float64) {
@@ -214,8 +221,8 @@ func write(lines []line, mdPath, machine, command string) (string, map[string]st
 	if command != "" {
 		fmt.Fprintf(&b, "Command: `%s`  \n", command)
 	}
-	b.WriteString("Server pinned to core 0 (`taskset -c 0`), gustload to core 1; each figure is the mean of the runs, " +
-		"the range in brackets when there were several. Ratios are of those means, in the same run. " +
+	b.WriteString("Server pinned to core 0 (`taskset -c 0`), gustload to core 1; each figure is the median of the runs, " +
+		"the range in brackets when there were several. Ratios are of those medians, in the same run. " +
 		"Server CPU is user+system time from /proc; allocations from the server's runtime.MemStats.\n\n")
 	tables := map[string]string{}
 	for _, sc := range scenarios {
@@ -259,11 +266,11 @@ func ratio(a, b *agg, f func(result) float64) string {
 	if a == nil || b == nil || !a.ok() || !b.ok() {
 		return "—"
 	}
-	d := b.mean(f)
+	d := b.median(f)
 	if d == 0 {
 		return "—"
 	}
-	return fmt.Sprintf("%.2f×", a.mean(f)/d)
+	return fmt.Sprintf("%.2f×", a.median(f)/d)
 }
 
 func num(v float64) string {
@@ -292,7 +299,7 @@ func withRange(a *agg, f func(result) float64) string {
 		}
 		return "—"
 	}
-	s := num(a.mean(f))
+	s := num(a.median(f))
 	if len(a.runs) > 1 {
 		lo, hi := a.spread(f)
 		s += fmt.Sprintf(" (%s–%s)", num(lo), num(hi))
@@ -312,7 +319,7 @@ func table(sc scenario, names []string, aggs map[string]*agg) string {
 			if !a.ok() {
 				return "—"
 			}
-			return fmt.Sprintf("%.2f", a.mean(f))
+			return fmt.Sprintf("%.2f", a.median(f))
 		}
 	}
 	type col struct {
@@ -324,13 +331,13 @@ func table(sc scenario, names []string, aggs map[string]*agg) string {
 		if !a.ok() {
 			return "—"
 		}
-		return num(a.mean(func(r result) float64 { return r.CPUPerMillion }))
+		return num(a.median(func(r result) float64 { return r.CPUPerMillion }))
 	}}
 	allocs := col{"allocs / msg", func(a *agg) string {
 		if !a.ok() {
 			return "—"
 		}
-		return fmt.Sprintf("%.2f", a.mean(func(r result) float64 { return r.AllocsPerMsg }))
+		return fmt.Sprintf("%.2f", a.median(func(r result) float64 { return r.AllocsPerMsg }))
 	}}
 	xg := col{"× " + base, func(a *agg) string { return ratio(a, gws, sc.value) }}
 	pct := func(head string, f func(result) float64) col {
@@ -338,7 +345,7 @@ func table(sc scenario, names []string, aggs map[string]*agg) string {
 			if !a.ok() {
 				return "—"
 			}
-			return fmt.Sprintf("%.1f %%", 100*a.mean(f))
+			return fmt.Sprintf("%.1f %%", 100*a.median(f))
 		}}
 	}
 	cpuPct := func(head string, f func(result) float64) col {
@@ -346,7 +353,7 @@ func table(sc scenario, names []string, aggs map[string]*agg) string {
 			if !a.ok() {
 				return "—"
 			}
-			return fmt.Sprintf("%.0f", a.mean(f))
+			return fmt.Sprintf("%.0f", a.median(f))
 		}}
 	}
 	xb := col{"× raw-buf", func(a *agg) string { return ratio(a, rawBuf, sc.value) }}
@@ -364,7 +371,7 @@ func table(sc scenario, names []string, aggs map[string]*agg) string {
 			if !a.ok() {
 				return "—"
 			}
-			return num(a.mean(func(r result) float64 {
+			return num(a.median(func(r result) float64 {
 				if r.MBPerSec == 0 {
 					return math.NaN()
 				}
@@ -413,13 +420,13 @@ func table(sc scenario, names []string, aggs map[string]*agg) string {
 				if !a.ok() {
 					return "—"
 				}
-				return fmt.Sprintf("%.0f", a.mean(func(r result) float64 { return r.CPUPercent }))
+				return fmt.Sprintf("%.0f", a.median(func(r result) float64 { return r.CPUPercent }))
 			}},
 			{"client CPU %", func(a *agg) string {
 				if !a.ok() {
 					return "—"
 				}
-				return fmt.Sprintf("%.0f", a.mean(func(r result) float64 { return r.ClientCPU }))
+				return fmt.Sprintf("%.0f", a.median(func(r result) float64 { return r.ClientCPU }))
 			}},
 		}
 	}
@@ -461,14 +468,14 @@ func negotiated(names []string, aggs map[string]*agg) string {
 		strings.Join(parts, "; ") + ".\n"
 }
 
-// bestPeer is the library (not gust, not a raw reference) with the best mean.
+// bestPeer is the library (not gust, not a raw reference) with the best median.
 func bestPeer(names []string, aggs map[string]*agg, f func(result) float64) string {
 	best, bv := "gws", math.Inf(-1)
 	for _, n := range names {
 		if n == "gust" || strings.HasPrefix(n, "gust-") || strings.HasPrefix(n, "raw-") || !aggs[n].ok() {
 			continue
 		}
-		if v := aggs[n].mean(f); v > bv {
+		if v := aggs[n].median(f); v > bv {
 			best, bv = n, v
 		}
 	}
@@ -493,7 +500,7 @@ func chart(sc scenario, names []string, aggs map[string]*agg) string {
 	maxV := 0.0
 	for _, n := range names {
 		if a := aggs[n]; a.ok() {
-			maxV = math.Max(maxV, a.mean(sc.value))
+			maxV = math.Max(maxV, a.median(sc.value))
 		}
 	}
 	var b strings.Builder
@@ -514,7 +521,7 @@ func chart(sc scenario, names []string, aggs map[string]*agg) string {
 			fmt.Fprintf(&b, `<text x="%d" y="%d" fill="#b00">error</text>`+"\n", left+4, y+barH-6)
 			continue
 		}
-		v := a.mean(sc.value)
+		v := a.median(sc.value)
 		w := 0.0
 		if maxV > 0 {
 			w = v / maxV * float64(width-left-right)
