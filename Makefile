@@ -3,10 +3,10 @@
 #   make test         go vet, go test -race with coverage (root and nested modules), then the
 #                     Autobahn TestSuite: every section (1-13, compression included, ~11 min) on
 #                     the Server path and sections 1-10 (~30 s) on the Upgrader path (installs
-#                     wstest itself)
+#                     wstest itself), sections 1-10 on both paths in netpoll mode,
 #                     and gust's client against wstest's fuzzing server, sections 1-10
-#   make autobahn     the whole Autobahn TestSuite (1-13, compression included) on both paths
-#                     and for the client (make autobahn-client: the client alone)
+#   make autobahn     the whole Autobahn TestSuite (1-13, compression included) on both paths,
+#                     in goroutine and netpoll mode, and for the client (make autobahn-client: the client alone)
 #   make fuzz         every Fuzz* target for $(FUZZTIME) each (default 20s)
 #   make cover        tests with coverage; writes coverage.out and coverage.html
 #   make bench        benchmark harness (scripts/bench), bench-quick a short run of it
@@ -25,10 +25,12 @@ test: install-wstest install-interop
 	scripts/gotest
 	scripts/autobahn -server upgrader -cases '$(AUTOBAHN_QUICK)' $(AUTOBAHN_FLAGS)
 	scripts/autobahn -server server -cases '$(AUTOBAHN_ALL)' $(AUTOBAHN_FLAGS)
+	scripts/autobahn -server both -netpoll -cases '$(AUTOBAHN_QUICK)' $(AUTOBAHN_FLAGS)
 	scripts/autobahn-client -cases '$(AUTOBAHN_QUICK)'
 
 autobahn: install-wstest
 	scripts/autobahn -server both -cases '$(AUTOBAHN_ALL)' $(AUTOBAHN_FLAGS)
+	scripts/autobahn -server both -netpoll -cases '$(AUTOBAHN_ALL)' $(AUTOBAHN_FLAGS)
 	scripts/autobahn-client -cases '$(AUTOBAHN_ALL)'
 
 # The client alone against wstest's fuzzing server, every section.

@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
-	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -946,23 +945,8 @@ func TestDialResponseHeadLimit(t *testing.T) {
 	c.NetConn().Close()
 }
 
-// raceBuild reports whether the test binary was built with -race, under
-// which sync.Pool drops items at random (so pooled code allocates).
-func raceBuild() bool {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return false
-	}
-	for _, s := range bi.Settings {
-		if s.Key == "-race" {
-			return s.Value == "true"
-		}
-	}
-	return false
-}
-
 func TestClientWriteDoesNotAllocate(t *testing.T) {
-	if raceBuild() {
+	if raceEnabled {
 		t.Skip("the race detector makes sync.Pool drop items at random; see BenchmarkDialWriteMessage1KiB")
 	}
 	addr := startServer(t, discardHandler{}, nil)

@@ -359,7 +359,7 @@ func TestInflateChunks(t *testing.T) {
 // spans several chunks: the chunks and the assembled buffer come from the
 // pool, the chunk list is reused.
 func TestInflateDoesNotAllocate(t *testing.T) {
-	if raceBuild() {
+	if raceEnabled {
 		t.Skip("the race detector makes sync.Pool drop items at random")
 	}
 	opts := CompressionOptions{Enabled: true}.rfc(true)

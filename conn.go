@@ -40,6 +40,7 @@ type Conn struct {
 	idle *idleReader // waits for bytes without a buffer; nil where unsupported
 	rw   *rawWriter  // writes with a deadline armed only to wait; nil where unsupported
 	wr   writeState
+	np   *netpollState // netpoll mode (Options.Netpoll); nil in goroutine mode
 
 	started  atomic.Bool
 	closing  atomic.Bool // a close frame has been sent: incoming messages are dropped
@@ -99,6 +100,7 @@ func (c *Conn) attach(nc net.Conn, buffered []byte, subprotocol string) {
 	}
 	c.initIdleReader()
 	c.initRawWriter()
+	c.initNetpoll()
 	if cfg.Parallel > 0 {
 		c.parallel = make(chan struct{}, cfg.Parallel)
 	}
@@ -108,6 +110,11 @@ func (c *Conn) attach(nc net.Conn, buffered []byte, subprotocol string) {
 // calls OnClose and returns. Call it once per Conn, in a goroutine of your
 // choice (a net/http handler may simply call it). Calls after the first
 // return at once.
+//
+// In netpoll mode (Options.Netpoll) ReadLoop returns as soon as the
+// connection has nothing to read: it calls OnOpen, dispatches what has
+// arrived, and hands the connection to gust's event loop, which reads and
+// dispatches on goroutines of its own from then on, and calls OnClose.
 func (c *Conn) ReadLoop() {
 	// A Conn without a connection (a zero one, or one whose handshake is
 	// in progress) returns before it counts as started, so that the
@@ -117,13 +124,32 @@ func (c *Conn) ReadLoop() {
 	}
 	c.opened()
 	c.startHeartbeat()
-	err := c.run()
+	c.serve(true)
+}
+
+// serve reads and dispatches until the connection ends, and ends it; in
+// netpoll mode, until it has nothing to read, and then parks it.
+func (c *Conn) serve(open bool) {
+	err := c.run(open)
+	if err == errPark {
+		c.park()
+		return
+	}
 	c.finish(err)
 }
 
-// run calls OnOpen and reads until the connection ends. A panic in a
-// callback, unless Options.DisableRecovery is set, becomes a close with 1011.
-func (c *Conn) run() (err error) {
+// resume serves a parked connection again, on a goroutine the event loop
+// started for it.
+func (c *Conn) resume() { c.serve(false) }
+
+// errPark unwinds the read goroutine of a connection in netpoll mode that
+// has nothing to read at a frame boundary.
+var errPark = errors.New("gust: park")
+
+// run calls OnOpen (when open is set) and reads until the connection ends
+// or parks. A panic in a callback, unless Options.DisableRecovery is set,
+// becomes a close with 1011.
+func (c *Conn) run(open bool) (err error) {
 	if !c.cfg.DisableRecovery {
 		defer func() {
 			if p := recover(); p != nil {
@@ -134,7 +160,9 @@ func (c *Conn) run() (err error) {
 			}
 		}()
 	}
-	c.handler.OnOpen(c)
+	if open {
+		c.handler.OnOpen(c)
+	}
 	err = c.readFrames()
 	var pe *ProtocolError
 	if errors.As(err, &pe) {
@@ -209,6 +237,9 @@ func (c *Conn) failAndLinger(code StatusCode, reason string) {
 // back, waits for parallel handlers and the outbox writer, and calls OnClose.
 func (c *Conn) finish(err error) {
 	c.stopHeartbeat()
+	if c.np != nil {
+		c.unpark()
+	}
 	c.closeNet()
 	c.pings.end()
 	c.wr.mu.Lock()
@@ -264,6 +295,7 @@ func (c *Conn) abort(err error) {
 	}
 	c.errMu.Unlock()
 	c.closeNet()
+	c.wake() // a parked connection has no goroutine to see the socket closed
 }
 
 func (c *Conn) closeNet() {
@@ -313,7 +345,15 @@ func (c *Conn) SetReadDeadline(t time.Time) error {
 	if c.conn == nil {
 		return errClosed
 	}
-	return c.conn.SetReadDeadline(t)
+	return c.setReadDeadline(t)
+}
+
+// setReadDeadline sets the socket's read deadline, and in netpoll mode
+// wakes the connection at t if it is parked then.
+func (c *Conn) setReadDeadline(t time.Time) error {
+	err := c.conn.SetReadDeadline(t)
+	c.wakeAt(t)
+	return err
 }
 
 // SetWriteDeadline sets the deadline for writes; Options.WriteTimeout

@@ -155,11 +155,11 @@ func dialH2(t *testing.T, addr string, after []byte, headers ...string) *rawClie
 	return c
 }
 
-var h2Mode = serverMode{"h2", serveH2}
+var h2Mode = serverMode{"h2", "h2", serveH2}
 
 // frameModes are the ways to reach a gust server that frame-level tests
 // run over: both HTTP/1.1 paths and an HTTP/2 stream.
-var frameModes = []serverMode{serverModes[0], serverModes[1], h2Mode}
+var frameModes = append(serverModes[:len(serverModes):len(serverModes)], h2Mode)
 
 func forEachFrameMode(t *testing.T, f func(t *testing.T, m serverMode)) {
 	for _, m := range frameModes {

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"runtime"
 	"runtime/debug"
 	"sync"
@@ -174,13 +173,6 @@ func openMidMessage(addr string, start []byte) (net.Conn, error) {
 	}
 	nc.SetDeadline(time.Time{})
 	return nc, nil
-}
-
-func countFDs(t *testing.T) int {
-	t.Helper()
-	entries, err := os.ReadDir("/proc/self/fd")
-	require.NoError(t, err)
-	return len(entries) - 1 // ReadDir's own descriptor on the directory
 }
 
 // raiseFileLimit makes sure the process may open n files, and puts the

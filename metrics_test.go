@@ -298,7 +298,7 @@ func TestMetricsHandshake(t *testing.T) {
 		require.Equal(t, []int{403, 101}, cl.getHandshakes())
 		require.ElementsMatch(t, []int{403, 400, 426, 403, 101}, ml.waitHandshakes(t, 5))
 
-		if m.name == "server" {
+		if m.path == "server" {
 			// A client that sends part of a request and leaves fails its
 			// handshake without a status; one that sends nothing is not a
 			// handshake.
@@ -463,7 +463,7 @@ func (m *countingMetrics) Dropped(*Conn, int) { m.events.Add(1) }
 // without: a connection echoing 1000 messages costs the same allocations
 // (its fixed ones) either way. BenchmarkEchoCorkedMetrics shows 0 allocs/op.
 func TestMetricsCostNoAllocation(t *testing.T) {
-	if raceBuild() {
+	if raceEnabled {
 		t.Skip("the race detector makes sync.Pool drop items at random")
 	}
 	f := frame(0x81, repeat("a", 300))

@@ -109,8 +109,11 @@ type Options struct {
 	// connections (timing wheels, one goroutine per distinct setting while
 	// connections use it), not a goroutine or a timer per connection;
 	// memory: 48 bytes per connection; each read stores a counter twice
-	// (atomically, no lock), and each ping a silent connection is sent
-	// starts the short-lived writer goroutine of its outbox.
+	// (atomically, no lock). The timers' goroutine writes the ping to an
+	// idle connection itself (one system call, no allocation) when the
+	// socket takes it at once; a connection that is writing, corked or
+	// full gets it through its outbox, whose short-lived writer goroutine
+	// sends it, so a slow peer never holds up the others' pings.
 	//
 	// The cut sends no close frame, as CloseNow: a peer that answers no
 	// ping would not answer a close handshake either, and a close frame
@@ -149,6 +152,24 @@ type Options struct {
 	// Default nil: off, at the cost of one nil check per event. Its
 	// methods are called synchronously and must not block.
 	Metrics Metrics
+
+	// Netpoll turns on netpoll mode (Linux; elsewhere it is ignored): a
+	// connection with nothing to read holds no goroutine and no buffer,
+	// only its Conn and its socket, parked on gust's own epoll instance.
+	// When bytes arrive, a goroutine is started that reads and dispatches
+	// them, as ReadLoop does in goroutine mode, and exits once the
+	// connection is idle again, between two frames. ReadLoop returns as
+	// soon as the connection is first idle; OnClose is still called once,
+	// from whichever goroutine sees the end. The callbacks run on those
+	// goroutines, so a callback that blocks holds up its own connection
+	// only. A frame that arrives in pieces is waited for by its goroutine,
+	// as in goroutine mode. Connections that are not plain sockets (TLS,
+	// HTTP/2 streams) stay in goroutine mode.
+	// Default false: goroutine mode, where each connection's ReadLoop
+	// keeps its goroutine for the connection's life. Choose netpoll mode
+	// for many mostly idle connections (push, chat); goroutine mode costs
+	// less CPU per message when every connection is busy.
+	Netpoll bool
 
 	// Compression configures permessage-deflate (RFC 7692). Default: off.
 	Compression CompressionOptions

@@ -34,6 +34,7 @@ type readState struct {
 	utf8       utf8.Validator
 	slab       *messageSlab // Messages for what the last read brought
 	closed     bool         // the peer's close frame has been read
+	boundary   bool         // waiting for a frame's first bytes: netpoll mode may park here
 }
 
 // release gives the read buffer back; the message in progress, if any, is
@@ -158,7 +159,13 @@ func (c *Conn) readFrames() error {
 func (c *Conn) readHeader(h *frameHeader) error {
 	rd := &c.rd
 	*h = frameHeader{}
-	if err := c.ensure(2); err != nil {
+	rd.boundary = true
+	err := c.ensure(2)
+	rd.boundary = false
+	if err != nil {
+		if err == errPark {
+			return err
+		}
 		if rd.w > rd.r || rd.op != 0 {
 			return noEOF(err) // the peer left in the middle of a frame or message
 		}

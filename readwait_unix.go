@@ -19,12 +19,14 @@ import (
 
 // idleReader is the part of a Conn that reads through a syscall.RawConn.
 type idleReader struct {
-	raw  syscall.RawConn
-	fn   func(fd uintptr) bool // idleRead bound once, so that a wait allocates nothing
-	size int
-	buf  *[]byte
-	n    int
-	err  error
+	raw        syscall.RawConn
+	fn         func(fd uintptr) bool // read bound once, so that a wait allocates nothing
+	tryFn      func(fd uintptr) bool // tryRead bound once (netpoll mode)
+	wouldBlock bool                  // tryRead found nothing to read
+	size       int
+	buf        *[]byte
+	n          int
+	err        error
 }
 
 func (c *Conn) initIdleReader() {
@@ -38,6 +40,7 @@ func (c *Conn) initIdleReader() {
 	}
 	c.idle = &idleReader{raw: raw, size: max(c.cfg.ReadBufferSize, minReadBufferSize)}
 	c.idle.fn = c.idle.read
+	c.idle.tryFn = c.idle.tryRead
 }
 
 // read is called by the netpoller: it reads into a pooled buffer, or gives
@@ -65,20 +68,39 @@ func (ir *idleReader) read(fd uintptr) bool {
 	}
 }
 
+// tryRead reads once, without waiting: it reports in ir.wouldBlock that
+// there was nothing to read.
+func (ir *idleReader) tryRead(fd uintptr) bool {
+	ir.wouldBlock = !ir.read(fd) // read asks to wait (false) on EAGAIN
+	return true
+}
+
 // fillIdle reads into a fresh buffer when the read buffer is drained. It
-// reports false when the connection cannot wait without a buffer.
+// reports false when the connection cannot wait without a buffer. In
+// netpoll mode, at a frame boundary, it does not wait: it returns errPark
+// when there is nothing to read, and the caller gives up its goroutine.
 func (c *Conn) fillIdle() (bool, error) {
 	ir := c.idle
 	if ir == nil {
 		return false, nil
 	}
 	c.rd.release()
+	c.rd.putSlab()
 	if err := c.uncork(); err != nil {
 		return true, err
 	}
 	c.hbWaiting()
-	if err := ir.raw.Read(ir.fn); err != nil {
+	fn := ir.fn
+	park := c.np != nil && c.rd.boundary
+	if park {
+		fn = ir.tryFn
+	}
+	if err := ir.raw.Read(fn); err != nil {
 		return true, c.readError(err)
+	}
+	if park && ir.wouldBlock {
+		ir.wouldBlock = false
+		return true, errPark
 	}
 	if err := ir.err; err != nil {
 		ir.err = nil

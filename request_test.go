@@ -216,7 +216,7 @@ func TestOnRequestRefuses(t *testing.T) {
 					require.Equal(t, tt.contentType, he.Header.Get("Content-Type"))
 				}
 				require.NotContains(t, fmt.Sprint(he.Header), "hunter2")
-				if m.name == "server" {
+				if m.path == "server" {
 					require.True(t, resp.Close, "the Server ends the connection")
 				}
 			})
@@ -580,12 +580,14 @@ func TestOnRequestRefusalsLeaveNothing(t *testing.T) {
 func TestOnRequestLargeRefusalBody(t *testing.T) {
 	t.Parallel()
 	body := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
+	huge := bytes.Repeat(body, 64)                          // more than the socket buffers hold (≤ 36 MiB here)
 	forEachTCPMode(t, func(t *testing.T, m serverMode) {
-		addr := m.serve(t, newEcho(), nil, func(u *Upgrader) {
+		ml := &metricsLog{}
+		addr := m.serve(t, newEcho(), &Options{Metrics: ml}, func(u *Upgrader) {
 			u.HandshakeTimeout = 300 * time.Millisecond
 			u.OnRequest = func(r *http.Request, _ http.Header, _ *Conn) error {
 				if r.URL.Query().Get("huge") != "" {
-					return &HandshakeError{Status: http.StatusForbidden, Body: bytes.Repeat(body, 64)}
+					return &HandshakeError{Status: http.StatusForbidden, Body: huge}
 				}
 				return &HandshakeError{Status: http.StatusForbidden, Body: body}
 			}
@@ -607,15 +609,19 @@ func TestOnRequestLargeRefusalBody(t *testing.T) {
 		got, err := io.ReadAll(resp.Body)
 		require.NoError(t, err)
 		require.Equal(t, body, got)
+		ml.waitHandshakes(t, 1)
 
-		// 64 MiB to a client that reads nothing: the server gives up
-		// after its handshake timeout and closes the connection.
+		// 64 MiB to a client that reads nothing until the server has given
+		// up (Metrics hears of the refusal once its write has ended): the
+		// write is cut after the handshake timeout and the connection
+		// closed. Reading earlier would let a server slowed down by the
+		// other tests write it all well within the timeout.
 		nc = request("/?huge=1")
-		time.Sleep(time.Second)
+		require.Equal(t, []int{403, 403}, ml.waitHandshakes(t, 2))
 		nc.SetDeadline(time.Now().Add(10 * time.Second))
 		n, err := io.Copy(io.Discard, nc)
 		if err == nil || isReset(err) {
-			require.Less(t, n, int64(64*len(body)), "the write was cut")
+			require.Less(t, n, int64(len(huge)), "the write was cut")
 		} else {
 			require.NoError(t, err)
 		}

@@ -28,6 +28,7 @@ import (
 // serverMode is one way to serve gust connections; most tests run over all.
 type serverMode struct {
 	name string
+	path string // "upgrader", "server" or "h2": the name without "-netpoll"
 	// serve serves connections to h with the connection options opts and
 	// the handshake settings set puts on the Upgrader (set may be nil).
 	serve func(t *testing.T, h Event, opts *Options, set func(*Upgrader)) (addr string)
@@ -40,8 +41,23 @@ func (m serverMode) start(t *testing.T, h Event, opts *Options) string {
 }
 
 var serverModes = []serverMode{
-	{"upgrader", serveUpgrader},
-	{"server", serveServer},
+	{"upgrader", "upgrader", serveUpgrader},
+	{"server", "server", serveServer},
+	{"upgrader-netpoll", "upgrader", netpoll(serveUpgrader)},
+	{"server-netpoll", "server", netpoll(serveServer)},
+}
+
+// netpoll serves as serve does, in netpoll mode (Options.Netpoll).
+func netpoll(serve func(t *testing.T, h Event, opts *Options, set func(*Upgrader)) string) func(t *testing.T, h Event, opts *Options, set func(*Upgrader)) string {
+	return func(t *testing.T, h Event, opts *Options, set func(*Upgrader)) string {
+		t.Helper()
+		o := Options{}
+		if opts != nil {
+			o = *opts
+		}
+		o.Netpoll = true
+		return serve(t, h, &o, set)
+	}
 }
 
 func startUpgrader(t *testing.T, h Event, opts *Options) string {
@@ -94,7 +110,7 @@ func forEachMode(t *testing.T, f func(t *testing.T, m serverMode)) {
 // use it dial, reset or half-close that connection themselves.
 func forEachTCPMode(t *testing.T, f func(t *testing.T, m serverMode)) {
 	forEachMode(t, func(t *testing.T, m serverMode) {
-		if m.name != "upgrader" && m.name != "server" {
+		if m.path == "h2" {
 			t.Skipf("mode %s: the test needs a plain TCP connection", m.name)
 		}
 		f(t, m)

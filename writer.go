@@ -269,7 +269,7 @@ func (c *Conn) startClose(code StatusCode, reason string) error {
 	if err := c.writeCloseFrame(code, reason); err != nil {
 		return err
 	}
-	c.conn.SetReadDeadline(time.Now().Add(c.cfg.CloseTimeout))
+	c.setReadDeadline(time.Now().Add(c.cfg.CloseTimeout))
 	return nil
 }
 

@@ -28,6 +28,11 @@ func init() {
 	register("gust-metrics", "github.com/gustws/gust: as gust, with Options.Metrics set to a metrics.Counters", func(addr string) (Server, error) {
 		return startGustWith(addr, gust.Options{Metrics: new(metrics.Counters)})
 	})
+	// gust-netpoll: gust in netpoll mode (Options.Netpoll): an idle connection holds no
+	// goroutine and no buffer; a goroutine is started for it when bytes arrive.
+	register("gust-netpoll", "github.com/gustws/gust: as gust, in netpoll mode (Options.Netpoll)", func(addr string) (Server, error) {
+		return startGustWith(addr, gust.Options{Netpoll: true})
+	})
 }
 
 type gustEcho struct{ gust.BuiltinEventHandler }

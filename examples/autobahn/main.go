@@ -5,6 +5,7 @@
 //
 //	go run ./examples/autobahn -addr 127.0.0.1:9001 -server upgrader
 //	go run ./examples/autobahn -addr 127.0.0.1:9001 -server server
+//	go run ./examples/autobahn -addr 127.0.0.1:9001 -server server -netpoll
 package main
 
 import (
@@ -34,14 +35,15 @@ func main() {
 	addr := flag.String("addr", "127.0.0.1:9001", "address to listen on")
 	path := flag.String("server", "upgrader", "server path: upgrader (net/http) or server (gust's own)")
 	compress := flag.Bool("compress", true, "accept permessage-deflate, with context takeover")
+	netpoll := flag.Bool("netpoll", false, "netpoll mode (Options.Netpoll): idle connections hold no goroutine")
 	flag.Parse()
 
-	opts := gust.Options{Compression: gust.CompressionOptions{Enabled: *compress}}
+	opts := gust.Options{Compression: gust.CompressionOptions{Enabled: *compress}, Netpoll: *netpoll}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		log.Fatal(err)
 	}
-	log.Printf("autobahn echo server (%s path) on ws://%s", *path, ln.Addr())
+	log.Printf("autobahn echo server (%s path, netpoll %v) on ws://%s", *path, *netpoll, ln.Addr())
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

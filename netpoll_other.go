@@ -1,0 +1,18 @@
+//go:build !linux
+
+package gust
+
+import "time"
+
+// Netpoll mode needs epoll: elsewhere Options.Netpoll is ignored, and every
+// connection runs in goroutine mode.
+
+const netpollSupported = false
+
+type netpollState struct{}
+
+func (c *Conn) initNetpoll()     {}
+func (c *Conn) park()            {}
+func (c *Conn) wake()            {}
+func (c *Conn) wakeAt(time.Time) {}
+func (c *Conn) unpark()          {}
