@@ -130,17 +130,19 @@ func (c *Conn) ReadLoop() {
 // serve reads and dispatches until the connection ends, and ends it; in
 // netpoll mode, until it has nothing to read, and then parks it.
 func (c *Conn) serve(open bool) {
-	err := c.run(open)
-	if err == errPark {
-		c.park()
+	for {
+		err := c.run(open)
+		if err == errPark {
+			if c.park() {
+				open = false
+				continue // bytes came meanwhile: serve on
+			}
+			return
+		}
+		c.finish(err)
 		return
 	}
-	c.finish(err)
 }
-
-// resume serves a parked connection again, on a goroutine the event loop
-// started for it.
-func (c *Conn) resume() { c.serve(false) }
 
 // errPark unwinds the read goroutine of a connection in netpoll mode that
 // has nothing to read at a frame boundary.

@@ -198,6 +198,20 @@
 // across processes live in the package github.com/gustws/gust/hub, built on
 // the outbox.
 //
+// # Netpoll mode
+//
+// With [Options].Netpoll set (Linux), a connection that has dispatched all it
+// received holds no goroutine and no buffer: it is parked on gust's own
+// epoll instance until bytes arrive, and then served by a goroutine that
+// ends when the connection is idle again. [Conn.ReadLoop] returns at the
+// connection's first idle moment, so a net/http handler returns at once;
+// OnClose still comes exactly once. The callbacks, the limits, compression,
+// heartbeats and Shutdown behave as in goroutine mode, and a callback that
+// blocks holds up its own connection only. Choose it for many mostly idle
+// connections (it cuts their memory to a third); goroutine mode costs less
+// CPU per message when connections are busy. TLS connections and HTTP/2
+// streams, and every connection off Linux, stay in goroutine mode.
+//
 // # Limits and timeouts
 //
 // Every wait is bounded by default, and each bound is a field:

@@ -19,6 +19,10 @@ import (
 
 const netpollSupported = true
 
+// epollET is EPOLLET as the uint32 of EpollEvent.Events (the syscall
+// package's constant is a negative int).
+const epollET = 1 << 31
+
 // Conn states in netpoll mode.
 const (
 	npRunning int32 = iota // a goroutine reads the connection, or will
@@ -29,7 +33,8 @@ const (
 type netpollState struct {
 	fd    int
 	state atomic.Int32
-	armed bool // added to the poller's epoll instance (or about to be); owned by the running goroutine
+	ready atomic.Bool // the loop saw the socket turn readable since the last resume
+	gen   uint64      // the poller generation c is registered with; guarded by the poller's mu
 
 	timerMu  sync.Mutex
 	timer    *time.Timer  // wakes a parked connection at its read deadline
@@ -50,26 +55,44 @@ func (c *Conn) initNetpoll() {
 	c.np = &netpollState{fd: fd}
 }
 
-// park arms c's descriptor in the poller, for the loop to resume c once it
-// is readable. The calling goroutine must not touch c's read side after it.
-func (c *Conn) park() {
+// park hands c to the event loop, and reports whether the calling goroutine
+// must go on serving it instead: bytes arrived while it was parking, its
+// read deadline passed, or it could not be registered (its socket is
+// closed, which the next read reports). Otherwise the calling goroutine must
+// not touch c again.
+//
+// The descriptor is registered once, edge-triggered: the loop sees each
+// arrival of bytes, sets ready, and resumes c if it is parked. A parking
+// goroutine that finds ready set takes c back, so that bytes which came
+// between its last read and the park are not left waiting, and no system
+// call re-arms the descriptor at each park.
+func (c *Conn) park() bool {
 	np := c.np
-	add := !np.armed
-	np.armed = true // before arming: once armed, c may run on another goroutine
+	if err := thePoller.register(c); err != nil {
+		return true // still running: the next read reports why
+	}
 	np.state.Store(npParked)
-	if err := thePoller.arm(c, add); err != nil {
-		// The descriptor is closed (CloseNow, a Shutdown's cut): no event
-		// will come, so resume here, where the read reports the end.
-		if np.state.CompareAndSwap(npParked, npRunning) {
-			go c.resume()
-		}
-		return
+	if np.ready.Swap(false) && np.state.CompareAndSwap(npParked, npRunning) {
+		return true
+	}
+	// A socket closed meanwhile (CloseNow, a cut) left the epoll set
+	// without an event, and its wake may have found c still running.
+	if c.netDone.Load() && np.state.CompareAndSwap(npParked, npRunning) {
+		return true
 	}
 	// A deadline that passed while this goroutine was on its way here
 	// found the connection running: its timer did nothing.
 	if d := np.deadline.Load(); d != 0 && time.Now().UnixNano() >= d {
-		c.wake()
+		return np.state.CompareAndSwap(npParked, npRunning)
 	}
+	return false
+}
+
+// resume serves a parked connection again, on a goroutine the event loop
+// (or whatever woke it) started for it.
+func (c *Conn) resume() {
+	c.np.ready.Store(false) // the reads below see whatever made it ready
+	c.serve(false)
 }
 
 // wake resumes c if it is parked, on a goroutine of its own: a read then
@@ -123,14 +146,20 @@ type poller struct {
 	epfd    int
 	wakefd  int // an eventfd that ends the loop's wait when the last connection leaves
 	running bool
+	gen     atomic.Uint64 // counts the epoll instances started
 	conns   map[int]*Conn // by descriptor: the connections in netpoll mode
 }
 
 var thePoller = poller{conns: make(map[int]*Conn)}
 
-// arm registers c's descriptor for one readable event (EPOLLONESHOT),
-// adding it the first time.
-func (p *poller) arm(c *Conn, add bool) error {
+// register adds c's descriptor to the running epoll instance, once per
+// instance: a connection keeps its registration until it ends, unless the
+// instance fails and a new one starts (a new generation).
+func (p *poller) register(c *Conn) error {
+	np := c.np
+	if np.gen != 0 && np.gen == p.gen.Load() {
+		return nil
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.running {
@@ -138,21 +167,12 @@ func (p *poller) arm(c *Conn, add bool) error {
 			return err
 		}
 	}
-	fd := c.np.fd
-	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLONESHOT, Fd: int32(fd)}
-	op := syscall.EPOLL_CTL_MOD
-	if add {
-		op = syscall.EPOLL_CTL_ADD
-	}
+	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | epollET, Fd: int32(np.fd)}
 	// The descriptor is used under the socket's own reference, so that
 	// it cannot be closed and reused for another connection meanwhile.
 	var err error
 	cerr := c.idle.raw.Control(func(d uintptr) {
-		err = syscall.EpollCtl(p.epfd, op, int(d), &ev)
-		if err == syscall.ENOENT && !add {
-			// The poller was restarted since c was added.
-			err = syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_ADD, int(d), &ev)
-		}
+		err = syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_ADD, int(d), &ev)
 	})
 	if cerr != nil {
 		return cerr
@@ -160,7 +180,8 @@ func (p *poller) arm(c *Conn, add bool) error {
 	if err != nil {
 		return os.NewSyscallError("epoll_ctl", err)
 	}
-	p.conns[fd] = c
+	p.conns[np.fd] = c
+	np.gen = p.gen.Load()
 	return nil
 }
 
@@ -201,12 +222,14 @@ func (p *poller) startLocked() error {
 		return os.NewSyscallError("epoll_ctl", err)
 	}
 	p.epfd, p.wakefd, p.running = epfd, int(wfd), true
+	p.gen.Add(1)
 	go p.loop(epfd, int(wfd))
 	return nil
 }
 
 // fail gives up an epoll instance that stopped working: every parked
-// connection is resumed, and parks again on a new one (arm adds it anew).
+// connection is resumed, and parks again on a new one (register adds it
+// anew: a new instance is a new generation).
 func (p *poller) fail(epfd, wakefd int) {
 	p.mu.Lock()
 	p.running = false
@@ -244,8 +267,11 @@ func (p *poller) loop(epfd, wakefd int) {
 				syscall.Read(wakefd, b[:])
 				continue
 			}
-			if c := p.conns[fd]; c != nil && c.np.state.CompareAndSwap(npParked, npRunning) {
-				go c.resume()
+			if c := p.conns[fd]; c != nil {
+				c.np.ready.Store(true)
+				if c.np.state.CompareAndSwap(npParked, npRunning) {
+					go c.resume()
+				}
 			}
 		}
 		if len(p.conns) == 0 {

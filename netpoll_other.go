@@ -12,7 +12,7 @@ const netpollSupported = false
 type netpollState struct{}
 
 func (c *Conn) initNetpoll()     {}
-func (c *Conn) park()            {}
+func (c *Conn) park() bool       { return false }
 func (c *Conn) wake()            {}
 func (c *Conn) wakeAt(time.Time) {}
 func (c *Conn) unpark()          {}
