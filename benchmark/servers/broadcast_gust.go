@@ -56,7 +56,11 @@ func startGustBroadcast(addr string, deflate, useHub bool) (Server, error) {
 	trigger := &bcastTrigger{cfg: cfg}
 	h := gustBroadcast{trigger: trigger}
 	var ev gust.Event = h
-	opts := gust.Options{MaxMessageSize: MaxMessage, Compression: gust.CompressionOptions{Enabled: deflate}}
+	// WriteTimeout off, as the peers have none: with compression, gustload (one core inflating
+	// every stream) falls so far behind that a socket's send buffer, autotuned to megabytes,
+	// stays too full to turn writable for longer than gust's default 10 s, and gust would cut
+	// readers that are still reading (issue 15's note). The measurement is of throughput.
+	opts := gust.Options{MaxMessageSize: MaxMessage, Compression: gust.CompressionOptions{Enabled: deflate}, WriteTimeout: -1}
 	if useHub {
 		// The flow control below bounds the messages queued over all connections, not on
 		// each: gustload, one core serving every reader, serves them unevenly, and with the
