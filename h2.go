@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -66,6 +67,10 @@ type h2Stream struct {
 
 	closed  atomic.Bool
 	writing atomic.Bool
+	// mu orders the deadline setters against Close: once the handler has
+	// returned, net/http's ResponseController must not be used, and Close
+	// comes before the handler returns.
+	mu sync.Mutex
 }
 
 func (s *h2Stream) Read(p []byte) (int, error) {
@@ -94,12 +99,15 @@ func (s *h2Stream) Write(p []byte) (int, error) {
 // Close stops writes and reads on the stream; the stream itself ends when
 // the handler returns.
 func (s *h2Stream) Close() error {
+	s.mu.Lock()
 	if !s.closed.CompareAndSwap(false, true) {
+		s.mu.Unlock()
 		return net.ErrClosed
 	}
 	if s.writing.Load() {
 		s.rc.SetWriteDeadline(time.Unix(1, 0)) // ends the write waiting for the peer's window
 	}
+	s.mu.Unlock()
 	return s.body.Close()
 }
 
@@ -114,8 +122,27 @@ func (s *h2Stream) SetDeadline(t time.Time) error {
 	return errors.Join(s.SetReadDeadline(t), s.SetWriteDeadline(t))
 }
 
-func (s *h2Stream) SetReadDeadline(t time.Time) error  { return s.rc.SetReadDeadline(t) }
-func (s *h2Stream) SetWriteDeadline(t time.Time) error { return s.rc.SetWriteDeadline(t) }
+// SetReadDeadline and SetWriteDeadline return net.ErrClosed once the
+// stream is closed: a Close on the Conn racing with the end of the handler
+// (the peer's answer ends it) must not reach net/http's ResponseController
+// after the handler returned.
+func (s *h2Stream) SetReadDeadline(t time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed.Load() {
+		return net.ErrClosed
+	}
+	return s.rc.SetReadDeadline(t)
+}
+
+func (s *h2Stream) SetWriteDeadline(t time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed.Load() {
+		return net.ErrClosed
+	}
+	return s.rc.SetWriteDeadline(t)
+}
 
 // h2Addr is the peer's address as net/http reports it.
 type h2Addr string
