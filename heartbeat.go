@@ -60,8 +60,9 @@ type wheel struct {
 	conns int
 	quit  chan struct{} // closed to stop the goroutine; nil when none runs
 
-	// ping lists the connections a tick found silent, pinged once w.mu is
-	// released; owned by the wheel's goroutine, kept between ticks.
+	// ping collects the connections a tick finds silent, under mu; the
+	// wheel's goroutine lends it its own list for the tick and takes it
+	// back before it unlocks.
 	ping []*Conn
 }
 
@@ -166,6 +167,7 @@ func (w *wheel) run(quit chan struct{}) {
 	defer runningWheels.Add(-1)
 	t := time.NewTicker(w.tick)
 	defer t.Stop()
+	var ping []*Conn // the connections a tick found silent, pinged once w.mu is released
 	for {
 		select {
 		case <-quit:
@@ -179,13 +181,17 @@ func (w *wheel) run(quit chan struct{}) {
 			w.mu.Unlock()
 			return
 		}
+		// The list is this goroutine's own: a goroutine started after this
+		// one stops must not share it while this one still sends.
+		w.ping = ping
 		w.advanceLocked()
+		ping, w.ping = w.ping, nil
 		w.mu.Unlock()
-		for i, c := range w.ping {
+		for i, c := range ping {
 			c.sendHeartbeatPing()
-			w.ping[i] = nil
+			ping[i] = nil
 		}
-		w.ping = w.ping[:0]
+		ping = ping[:0]
 	}
 }
 
