@@ -239,9 +239,7 @@ func (c *Conn) failAndLinger(code StatusCode, reason string) {
 // back, waits for parallel handlers and the outbox writer, and calls OnClose.
 func (c *Conn) finish(err error) {
 	c.stopHeartbeat()
-	if c.np != nil {
-		c.unpark()
-	}
+	c.unpark()
 	c.closeNet()
 	c.pings.end()
 	c.wr.mu.Lock()

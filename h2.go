@@ -127,21 +127,20 @@ func (s *h2Stream) SetDeadline(t time.Time) error {
 // (the peer's answer ends it) must not reach net/http's ResponseController
 // after the handler returned.
 func (s *h2Stream) SetReadDeadline(t time.Time) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed.Load() {
-		return net.ErrClosed
-	}
-	return s.rc.SetReadDeadline(t)
+	return s.setDeadline(s.rc.SetReadDeadline, t)
 }
 
 func (s *h2Stream) SetWriteDeadline(t time.Time) error {
+	return s.setDeadline(s.rc.SetWriteDeadline, t)
+}
+
+func (s *h2Stream) setDeadline(set func(time.Time) error, t time.Time) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed.Load() {
 		return net.ErrClosed
 	}
-	return s.rc.SetWriteDeadline(t)
+	return set(t)
 }
 
 // h2Addr is the peer's address as net/http reports it.

@@ -17,8 +17,6 @@ import (
 // else. The parser is the one goroutine mode uses: a frame that arrives in
 // pieces is read by a goroutine that waits for the rest, as in goroutine mode.
 
-const netpollSupported = true
-
 // epollET is EPOLLET as the uint32 of EpollEvent.Events (the syscall
 // package's constant is a negative int).
 const epollET = 1 << 31
@@ -34,7 +32,7 @@ type netpollState struct {
 	fd    int
 	state atomic.Int32
 	ready atomic.Bool // the loop saw the socket turn readable since the last resume
-	gen   uint64      // the poller generation c is registered with; guarded by the poller's mu
+	gen   uint64      // the poller generation c is registered with; owned by the running goroutine
 
 	timerMu  sync.Mutex
 	timer    *time.Timer  // wakes a parked connection at its read deadline
@@ -72,20 +70,13 @@ func (c *Conn) park() bool {
 		return true // still running: the next read reports why
 	}
 	np.state.Store(npParked)
-	if np.ready.Swap(false) && np.state.CompareAndSwap(npParked, npRunning) {
-		return true
-	}
-	// A socket closed meanwhile (CloseNow, a cut) left the epoll set
-	// without an event, and its wake may have found c still running.
-	if c.netDone.Load() && np.state.CompareAndSwap(npParked, npRunning) {
-		return true
-	}
-	// A deadline that passed while this goroutine was on its way here
-	// found the connection running: its timer did nothing.
-	if d := np.deadline.Load(); d != 0 && time.Now().UnixNano() >= d {
-		return np.state.CompareAndSwap(npParked, npRunning)
-	}
-	return false
+	// Whatever came while this goroutine was on its way here found c
+	// running and did not resume it: bytes (ready), a socket closed by
+	// CloseNow or a cut (epoll drops it without an event), a read deadline
+	// whose timer fired.
+	d := np.deadline.Load()
+	missed := np.ready.Swap(false) || c.netDone.Load() || (d != 0 && time.Now().UnixNano() >= d)
+	return missed && np.state.CompareAndSwap(npParked, npRunning)
 }
 
 // resume serves a parked connection again, on a goroutine the event loop
@@ -125,16 +116,13 @@ func (c *Conn) wakeAt(t time.Time) {
 	np.timer = time.AfterFunc(time.Until(t), c.wake)
 }
 
-// unpark takes c out of the poller when it ends; the running goroutine
-// calls it before the socket is closed.
+// unpark takes c out of the poller when it ends (if it is in netpoll
+// mode); the running goroutine calls it before the socket is closed.
 func (c *Conn) unpark() {
-	np := c.np
-	np.timerMu.Lock()
-	if np.timer != nil {
-		np.timer.Stop()
-		np.timer = nil
+	if c.np == nil {
+		return
 	}
-	np.timerMu.Unlock()
+	c.wakeAt(time.Time{}) // stops the deadline's timer
 	thePoller.remove(c)
 }
 
@@ -269,9 +257,7 @@ func (p *poller) loop(epfd, wakefd int) {
 			}
 			if c := p.conns[fd]; c != nil {
 				c.np.ready.Store(true)
-				if c.np.state.CompareAndSwap(npParked, npRunning) {
-					go c.resume()
-				}
+				c.wake()
 			}
 		}
 		if len(p.conns) == 0 {

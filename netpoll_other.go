@@ -7,8 +7,6 @@ import "time"
 // Netpoll mode needs epoll: elsewhere Options.Netpoll is ignored, and every
 // connection runs in goroutine mode.
 
-const netpollSupported = false
-
 type netpollState struct{}
 
 func (c *Conn) initNetpoll()     {}
