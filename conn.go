@@ -128,49 +128,90 @@ func (c *Conn) ReadLoop() {
 }
 
 // serve reads and dispatches until the connection ends, and ends it; in
-// netpoll mode, until it has nothing to read, and then parks it.
+// netpoll mode, until it has nothing to read, and then parks it. On an
+// event loop (c.rd.loop), whatever would wait goes to a goroutine instead:
+// the rest of a message streamed to its handler, writes the socket did not
+// take, the end of the connection.
 func (c *Conn) serve(open bool) {
 	for {
 		err := c.run(open)
-		if err == errPark {
+		open = false
+		switch err {
+		case errPark:
 			if c.park() {
-				open = false
 				continue // bytes came meanwhile: serve on
 			}
 			return
+		case errHandoff:
+			c.rd.loop = false
+			go c.serveOffLoop()
+			return
 		}
-		c.finish(err)
+		if c.rd.loop {
+			c.rd.loop = false
+			go c.end(err)
+			return
+		}
+		c.end(err)
 		return
 	}
 }
 
+// serveOffLoop serves on a goroutine of its own a connection an event loop
+// handed over (errHandoff): it writes what the socket did not take on the
+// loop, then reads on where the loop stopped, and parks again once idle.
+func (c *Conn) serveOffLoop() {
+	c.wr.mu.Lock()
+	err := c.writeFailed(c.writeBacklogLocked())
+	c.wr.mu.Unlock()
+	if err != nil {
+		c.end(err)
+		return
+	}
+	c.serve(false)
+}
+
 // errPark unwinds the read goroutine of a connection in netpoll mode that
-// has nothing to read at a frame boundary.
-var errPark = errors.New("gust: park")
+// has nothing to read at a frame boundary, or an event loop's parse of a
+// connection that has nothing more to read; errHandoff unwinds a loop's
+// parse where it would have to wait. The parser's state is kept for the
+// next reader in both cases.
+var (
+	errPark    = errors.New("gust: park")
+	errHandoff = errors.New("gust: hand off")
+)
 
 // run calls OnOpen (when open is set) and reads until the connection ends
 // or parks. A panic in a callback, unless Options.DisableRecovery is set,
-// becomes a close with 1011.
+// becomes a *PanicError, which end answers with 1011.
 func (c *Conn) run(open bool) (err error) {
 	if !c.cfg.DisableRecovery {
 		defer func() {
 			if p := recover(); p != nil {
 				err = c.recovered(p)
-				// Like a protocol error: the peer's answer, unread, must
-				// not reset the connection before the 1011 is read.
-				c.failAndLinger(StatusInternalError, "")
 			}
 		}()
 	}
 	if open {
 		c.handler.OnOpen(c)
 	}
-	err = c.readFrames()
+	return c.readFrames()
+}
+
+// end ends the connection for err. A protocol violation or a panic is
+// answered with its close frame first, and, like a protocol error, the
+// peer's answer, unread, must not reset the connection before the close
+// frame is read (failAndLinger).
+func (c *Conn) end(err error) {
 	var pe *ProtocolError
-	if errors.As(err, &pe) {
+	var pa *PanicError
+	switch {
+	case errors.As(err, &pe):
 		c.failAndLinger(pe.Code, pe.Reason)
+	case errors.As(err, &pa):
+		c.failAndLinger(StatusInternalError, "")
 	}
-	return err
+	c.finish(err)
 }
 
 // recovered logs the panic p of a callback and returns it as a
@@ -249,6 +290,7 @@ func (c *Conn) finish(err error) {
 	}
 	sent := c.sentCode
 	c.releaseWriteBuffer()
+	c.releaseBacklog()
 	if c.deflate != nil {
 		c.deflate.release()
 	}

@@ -2,6 +2,7 @@ package gust
 
 import (
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -9,13 +10,27 @@ import (
 )
 
 // Netpoll mode (Options.Netpoll): a connection that has read every byte it
-// was sent, at a frame boundary, gives up its goroutine as well as its read
-// buffer. It is parked on gust's own epoll instance, and the loop that waits
-// on it starts a goroutine for the connection when bytes arrive again; that
-// goroutine reads and dispatches until the connection is idle once more, and
-// exits. An idle connection then costs its Conn and its socket, and nothing
-// else. The parser is the one goroutine mode uses: a frame that arrives in
-// pieces is read by a goroutine that waits for the rest, as in goroutine mode.
+// was sent gives up its goroutine as well as its read buffer. It is parked
+// on one of gust's event loops (about one per GOMAXPROCS), each with its
+// own epoll instance. When bytes arrive, the loop reads them into a pooled
+// buffer, parses and dispatches them itself, and parks the connection
+// again; the buffer goes back once drained. A frame that arrives in pieces
+// is parsed as far as its bytes go, and the parser resumes there at the
+// next readable event (readState keeps the frame in progress; a partial
+// header or control frame is kept in a buffer its size). An idle
+// connection then costs its Conn and its socket, and nothing else.
+//
+// A loop never waits. What would wait goes to a goroutine started for the
+// connection (errHandoff), which serves it as goroutine mode does until it
+// is idle again, and parks it: writes the socket did not take at once
+// (netWriteBacklog), a message streamed to its handler (StreamThreshold),
+// a close frame and the end of the connection, Options.Parallel's handlers
+// all busy, the write lock held by another goroutine, and a peer that
+// keeps sending past loopReadBudget reads.
+
+// loopReadBudget bounds the reads one connection makes in a turn of its
+// event loop; a connection with more to read goes on on a goroutine.
+const loopReadBudget = 16
 
 // epollET is EPOLLET as the uint32 of EpollEvent.Events (the syscall
 // package's constant is a negative int).
@@ -33,6 +48,7 @@ type netpollState struct {
 	state atomic.Int32
 	ready atomic.Bool // the loop saw the socket turn readable since the last resume
 	gen   uint64      // the poller generation c is registered with; owned by the running goroutine
+	p     *poller     // the event loop c belongs to
 
 	timerMu  sync.Mutex
 	timer    *time.Timer  // wakes a parked connection at its read deadline
@@ -50,7 +66,7 @@ func (c *Conn) initNetpoll() {
 	if err := c.idle.raw.Control(func(d uintptr) { fd = int(d) }); err != nil || fd < 0 {
 		return
 	}
-	c.np = &netpollState{fd: fd}
+	c.np = &netpollState{fd: fd, p: pollerFor(fd)}
 }
 
 // park hands c to the event loop, and reports whether the calling goroutine
@@ -66,7 +82,8 @@ func (c *Conn) initNetpoll() {
 // call re-arms the descriptor at each park.
 func (c *Conn) park() bool {
 	np := c.np
-	if err := thePoller.register(c); err != nil {
+	c.rd.shrink()
+	if err := np.p.register(c); err != nil {
 		return true // still running: the next read reports why
 	}
 	np.state.Store(npParked)
@@ -83,6 +100,15 @@ func (c *Conn) park() bool {
 // (or whatever woke it) started for it.
 func (c *Conn) resume() {
 	c.np.ready.Store(false) // the reads below see whatever made it ready
+	c.rd.loop = false
+	c.serve(false)
+}
+
+// resumeOnLoop serves a parked connection on its event loop, which found
+// it readable.
+func (c *Conn) resumeOnLoop() {
+	c.np.ready.Store(false)
+	c.rd.loop, c.rd.reads = true, 0
 	c.serve(false)
 }
 
@@ -123,22 +149,38 @@ func (c *Conn) unpark() {
 		return
 	}
 	c.wakeAt(time.Time{}) // stops the deadline's timer
-	thePoller.remove(c)
+	c.np.p.remove(c)
 }
 
-// poller is gust's epoll instance and the one loop that waits on it. It
-// starts with the first parked connection and stops once no connection
-// uses it, so that no goroutine outlives the connections.
+// poller is one of gust's event loops and its epoll instance. It starts
+// with its first parked connection and stops once no connection uses it, so
+// that no goroutine outlives the connections.
 type poller struct {
 	mu      sync.Mutex
 	epfd    int
 	wakefd  int // an eventfd that ends the loop's wait when the last connection leaves
 	running bool
 	gen     atomic.Uint64 // counts the epoll instances started
-	conns   map[int]*Conn // by descriptor: the connections in netpoll mode
+	conns   []*Conn       // by descriptor: the connections in netpoll mode
+	n       int           // how many conns holds
 }
 
-var thePoller = poller{conns: make(map[int]*Conn)}
+var pollers struct {
+	once sync.Once
+	p    []*poller
+}
+
+// pollerFor returns the event loop for descriptor fd: one of GOMAXPROCS
+// loops (as it was at the first call), by descriptor.
+func pollerFor(fd int) *poller {
+	pollers.once.Do(func() {
+		pollers.p = make([]*poller, runtime.GOMAXPROCS(0))
+		for i := range pollers.p {
+			pollers.p[i] = new(poller)
+		}
+	})
+	return pollers.p[fd%len(pollers.p)]
+}
 
 // register adds c's descriptor to the running epoll instance, once per
 // instance: a connection keeps its registration until it ends, unless the
@@ -168,6 +210,12 @@ func (p *poller) register(c *Conn) error {
 	if err != nil {
 		return os.NewSyscallError("epoll_ctl", err)
 	}
+	if np.fd >= len(p.conns) {
+		p.conns = append(p.conns, make([]*Conn, np.fd+1-len(p.conns))...)
+	}
+	if p.conns[np.fd] == nil {
+		p.n++
+	}
 	p.conns[np.fd] = c
 	np.gen = p.gen.Load()
 	return nil
@@ -178,19 +226,27 @@ func (p *poller) remove(c *Conn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	fd := c.np.fd
-	if p.conns[fd] != c {
+	if fd >= len(p.conns) || p.conns[fd] != c {
 		return
 	}
-	delete(p.conns, fd)
+	p.conns[fd] = nil
+	p.n--
 	if p.running {
 		c.idle.raw.Control(func(d uintptr) {
 			syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_DEL, int(d), nil)
 		})
-		if len(p.conns) == 0 {
+		if p.n == 0 {
 			var one = [8]byte{1}
 			syscall.Write(p.wakefd, one[:])
 		}
 	}
+}
+
+// count reports how many connections p holds.
+func (p *poller) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.n
 }
 
 func (p *poller) startLocked() error {
@@ -221,9 +277,11 @@ func (p *poller) startLocked() error {
 func (p *poller) fail(epfd, wakefd int) {
 	p.mu.Lock()
 	p.running = false
-	conns := make([]*Conn, 0, len(p.conns))
+	conns := make([]*Conn, 0, p.n)
 	for _, c := range p.conns {
-		conns = append(conns, c)
+		if c != nil {
+			conns = append(conns, c)
+		}
 	}
 	p.mu.Unlock()
 	syscall.Close(epfd)
@@ -233,11 +291,13 @@ func (p *poller) fail(epfd, wakefd int) {
 	}
 }
 
-// loop waits for readable connections and resumes each on a goroutine of
-// its own. It never reads, parses or calls a callback itself, so nothing a
-// connection does can hold up the others.
+// loop waits for readable connections and serves each in turn: it reads,
+// parses and dispatches what arrived, and parks the connection again
+// (resumeOnLoop). A connection that is running elsewhere (on a goroutine)
+// is only marked ready, for its park to see.
 func (p *poller) loop(epfd, wakefd int) {
 	events := make([]syscall.EpollEvent, 128)
+	var ready []*Conn
 	for {
 		n, err := syscall.EpollWait(epfd, events, -1)
 		if err != nil {
@@ -255,12 +315,17 @@ func (p *poller) loop(epfd, wakefd int) {
 				syscall.Read(wakefd, b[:])
 				continue
 			}
+			if fd >= len(p.conns) {
+				continue
+			}
 			if c := p.conns[fd]; c != nil {
 				c.np.ready.Store(true)
-				c.wake()
+				if c.np.state.CompareAndSwap(npParked, npRunning) {
+					ready = append(ready, c)
+				}
 			}
 		}
-		if len(p.conns) == 0 {
+		if p.n == 0 {
 			p.running = false
 			p.mu.Unlock()
 			syscall.Close(epfd)
@@ -268,5 +333,10 @@ func (p *poller) loop(epfd, wakefd int) {
 			return
 		}
 		p.mu.Unlock()
+		for i, c := range ready {
+			c.resumeOnLoop()
+			ready[i] = nil
+		}
+		ready = ready[:0]
 	}
 }

@@ -22,19 +22,32 @@ const messageChunk = 64 << 10
 
 // readState is the read side of a Conn, owned by the read goroutine.
 type readState struct {
-	buf    *[]byte // pooled; bytes buf[r:w] are read and not yet parsed
-	r, w   int
-	corked bool
+	buf  *[]byte // pooled; bytes buf[r:w] are read and not yet parsed
+	r, w int
 
 	// the data message being assembled
+	msg  *[]byte
+	n    int
+	slab *messageSlab // Messages for what the last read brought
+
+	// The frame in progress, kept across reads so that parsing resumes
+	// where the bytes ran out: in netpoll mode a loop parses what a
+	// readable event brought, and never waits for the rest.
+	hdr frameHeader
+	end int // the message's length once the frame is read
+
 	op         Opcode // 0 when no message is in progress
 	compressed bool   // the message in progress has RSV1 set
-	msg        *[]byte
-	n          int
 	utf8       utf8.Validator
-	slab       *messageSlab // Messages for what the last read brought
-	closed     bool         // the peer's close frame has been read
-	boundary   bool         // waiting for a frame's first bytes: netpoll mode may park here
+	corked     bool
+	closed     bool  // the peer's close frame has been read
+	boundary   bool  // waiting for a frame's first bytes: netpoll mode may park here
+	inFrame    bool  // hdr is read; its payload is not yet all read
+	begun      bool  // readData has taken hdr into the message
+	stream     bool  // readData chose to stream the message (StreamThreshold)
+	loop       bool  // parsing on an event loop: never wait (errPark, errHandoff)
+	pos        uint8 // the masking key's position in the frame's payload, 0-3
+	reads      uint8 // reads in this turn on the loop (loopReadBudget)
 }
 
 // release gives the read buffer back; the message in progress, if any, is
@@ -45,6 +58,28 @@ func (rd *readState) release() {
 		rd.buf = nil
 	}
 	rd.r, rd.w = 0, 0
+}
+
+// shrink moves the few bytes of a frame that came in part (a header, a
+// control frame) out of the read buffer into one their size, so that a
+// connection parked in the middle of a frame holds no more than the frame
+// needs; a drained buffer goes back.
+func (rd *readState) shrink() {
+	if rd.buf == nil {
+		return
+	}
+	n := rd.w - rd.r
+	if n == 0 {
+		rd.release()
+		return
+	}
+	if len(*rd.buf) <= minReadBufferSize || n > minReadBufferSize/2 {
+		return
+	}
+	nb := bufpool.Get(minReadBufferSize)
+	copy(*nb, (*rd.buf)[rd.r:rd.w])
+	bufpool.Put(rd.buf)
+	rd.buf, rd.r, rd.w = nb, 0, n
 }
 
 // releaseAll gives every buffer back, when the connection ends.
@@ -63,13 +98,15 @@ func (c *Conn) read(p []byte) (int, error) {
 	if err := c.uncork(); err != nil {
 		return 0, err
 	}
+	if c.rd.loop {
+		return c.tryRead(p)
+	}
 	c.hbWaiting()
 	for {
 		n, err := c.conn.Read(p)
 		if n > 0 {
 			c.hbArrived()
-			c.cork(drainedBatch(n, len(p)))
-			return n, nil
+			return n, c.cork(drainedBatch(n, len(p)))
 		}
 		if err != nil {
 			return 0, err
@@ -127,31 +164,43 @@ type frameHeader struct {
 	op         Opcode
 	fin        bool
 	compressed bool // RSV1: the first frame of a compressed message
-	length     int64
 	key        [4]byte
+	length     int64
 }
 
 // readFrames reads frames until an error or the peer's close frame, which
 // it answers. It returns a *CloseError for the peer's close, a
 // *ProtocolError for a violation (the caller sends the close frame), or the
 // I/O error.
+//
+// It resumes where the last call stopped: a call that returned errPark or
+// errHandoff (netpoll mode) left the frame in progress in c.rd.
 func (c *Conn) readFrames() error {
-	var h frameHeader
+	rd := &c.rd
+	h := &rd.hdr
 	for {
-		if err := c.readHeader(&h); err != nil {
-			return err
+		if !rd.inFrame {
+			if err := c.readHeader(h); err != nil {
+				return err
+			}
+			rd.inFrame, rd.begun, rd.pos = true, false, 0
 		}
 		var err error
 		if h.op.isControl() {
 			err = c.readControl(h.op, int(h.length), h.key)
 		} else {
-			err = c.readData(&h)
+			err = c.readData(h)
 		}
 		if err != nil {
 			return err
 		}
+		rd.inFrame = false
 	}
 }
+
+// yielded reports whether err only pauses the parser (netpoll mode): the
+// state in c.rd lets the next readFrames resume.
+func yielded(err error) bool { return err == errPark || err == errHandoff }
 
 // readHeader reads and checks the next frame's header into h (a header
 // returned by value would be copied through memory at every frame, since
@@ -163,7 +212,7 @@ func (c *Conn) readHeader(h *frameHeader) error {
 	err := c.ensure(2)
 	rd.boundary = false
 	if err != nil {
-		if err == errPark {
+		if yielded(err) {
 			return err
 		}
 		if rd.w > rd.r || rd.op != 0 {
@@ -241,6 +290,9 @@ func (c *Conn) readControl(op Opcode, n int, key [4]byte) error {
 	if err := c.ensure(n); err != nil {
 		return noEOF(err)
 	}
+	if op == opClose && rd.loop {
+		return errHandoff // its answer may wait on the socket, and its end does
+	}
 	// Unmasked in place: the bytes are consumed, and stay put until the
 	// next read from the socket, after the callback.
 	p := (*rd.buf)[rd.r : rd.r+n]
@@ -297,32 +349,39 @@ func (c *Conn) unmask(dst, src []byte, key [4]byte, pos int) int {
 // to OnMessage as a stream instead (streamMessage).
 func (c *Conn) readData(h *frameHeader) error {
 	rd := &c.rd
-	if h.op == opContinuation {
-		if rd.op == 0 {
-			return protocolError(StatusProtocolError, "continuation frame without a message")
-		}
-	} else {
-		if rd.op != 0 {
-			return protocolError(StatusProtocolError, "new message inside a fragmented message")
-		}
-		rd.op = h.op
-		rd.n = 0
-		rd.compressed = h.compressed
-		rd.utf8.Reset()
-	}
-	fin, length, key := h.fin, h.length, h.key
 	limit := c.maxMessageSize()
-	if length > limit-int64(rd.n) { // not rd.n+length: that can wrap
-		return protocolError(StatusMessageTooBig, "message over the size limit")
-	}
 	threshold := c.cfg.StreamThreshold
-	if threshold > 0 && length > int64(threshold-rd.n) {
-		return c.streamMessage(fin, length, key)
+	if !rd.begun {
+		if h.op == opContinuation {
+			if rd.op == 0 {
+				return protocolError(StatusProtocolError, "continuation frame without a message")
+			}
+		} else {
+			if rd.op != 0 {
+				return protocolError(StatusProtocolError, "new message inside a fragmented message")
+			}
+			rd.op = h.op
+			rd.n = 0
+			rd.compressed = h.compressed
+			rd.utf8.Reset()
+		}
+		if h.length > limit-int64(rd.n) { // not rd.n+length: that can wrap
+			return protocolError(StatusMessageTooBig, "message over the size limit")
+		}
+		rd.stream = threshold > 0 && h.length > int64(threshold-rd.n)
+		rd.end = rd.n + int(h.length)
+		rd.begun = true
 	}
-	end := rd.n + int(length)
+	if rd.stream {
+		if rd.loop {
+			return errHandoff // the handler reads the stream: it may wait
+		}
+		return c.streamMessage(h.fin, h.length, h.key)
+	}
+	fin, end, key := h.fin, rd.end, h.key
 	checkText := rd.op == OpText && !c.cfg.SkipUTF8Validation && !rd.compressed
 
-	pos := 0
+	pos := int(rd.pos)
 	for rd.n < end {
 		if rd.msg == nil || len(*rd.msg) == rd.n {
 			// Grow with the bytes that have arrived, never with the length
@@ -368,15 +427,25 @@ func (c *Conn) readData(h *frameHeader) error {
 		} else if len(dst) >= c.cfg.ReadBufferSize/2 {
 			// Large and nothing buffered: read straight into the message.
 			k, err := c.read(dst)
-			if err != nil {
+			if k == 0 {
+				rd.pos = uint8(pos)
 				return noEOF(err)
 			}
 			dst = dst[:k]
 			if c.server {
 				pos = mask.Apply(dst, key, pos)
 			}
+			if err != nil { // errHandoff, with the bytes read
+				rd.n += k
+				rd.pos = uint8(pos)
+				if checkText && !rd.utf8.Feed(dst) {
+					return protocolError(StatusInvalidFramePayloadData, "text not valid UTF-8")
+				}
+				return err
+			}
 		} else {
 			if err := c.fill(); err != nil {
+				rd.pos = uint8(pos)
 				return noEOF(err)
 			}
 			continue
@@ -386,8 +455,12 @@ func (c *Conn) readData(h *frameHeader) error {
 			return protocolError(StatusInvalidFramePayloadData, "text not valid UTF-8")
 		}
 	}
+	rd.pos = uint8(pos)
 	if !fin {
 		return nil
+	}
+	if rd.loop && c.parallel != nil && len(c.parallel) == cap(c.parallel) {
+		return errHandoff // dispatch would wait for a parallel handler to end
 	}
 	if rd.msg == nil { // an empty message
 		rd.msg = bufpool.Get(0)

@@ -10,6 +10,8 @@ func (c *Conn) initIdleReader() {}
 
 func (c *Conn) fillIdle() (bool, error) { return false, nil }
 
+func (c *Conn) tryRead(p []byte) (int, error) { panic("unreachable") }
+
 // rawWriter is not used where syscall.RawConn writes are not available:
 // writes go through the net.Conn, under a deadline moved as they go.
 type rawWriter struct{}

@@ -23,6 +23,7 @@ type idleReader struct {
 	fn         func(fd uintptr) bool // read bound once, so that a wait allocates nothing
 	tryFn      func(fd uintptr) bool // tryRead bound once (netpoll mode)
 	wouldBlock bool                  // tryRead found nothing to read
+	dst        []byte                // where tryRead reads, if not into a pooled buffer
 	size       int
 	buf        *[]byte
 	n          int
@@ -46,6 +47,9 @@ func (c *Conn) initIdleReader() {
 // read is called by the netpoller: it reads into a pooled buffer, or gives
 // the buffer back and asks to wait when there is nothing to read.
 func (ir *idleReader) read(fd uintptr) bool {
+	if ir.dst != nil {
+		return ir.readDst(int(fd))
+	}
 	buf := bufpool.Get(ir.size)
 	for {
 		n, err := syscall.Read(int(fd), *buf)
@@ -63,6 +67,26 @@ func (ir *idleReader) read(fd uintptr) bool {
 			ir.n, ir.err = 0, io.EOF
 		default:
 			ir.buf, ir.n, ir.err = buf, n, nil
+		}
+		return true
+	}
+}
+
+// readDst is read into ir.dst (tryRead, on an event loop).
+func (ir *idleReader) readDst(fd int) bool {
+	for {
+		n, err := syscall.Read(fd, ir.dst)
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err == syscall.EAGAIN:
+			return false
+		case err != nil:
+			ir.n, ir.err = 0, os.NewSyscallError("read", err)
+		case n == 0:
+			ir.n, ir.err = 0, io.EOF
+		default:
+			ir.n, ir.err = n, nil
 		}
 		return true
 	}
@@ -89,9 +113,12 @@ func (c *Conn) fillIdle() (bool, error) {
 	if err := c.uncork(); err != nil {
 		return true, err
 	}
+	if c.rd.loop && c.rd.reads >= loopReadBudget {
+		return true, errHandoff
+	}
 	c.hbWaiting()
 	fn := ir.fn
-	park := c.np != nil && c.rd.boundary
+	park := c.rd.loop || (c.np != nil && c.rd.boundary)
 	if park {
 		fn = ir.tryFn
 	}
@@ -111,9 +138,41 @@ func (c *Conn) fillIdle() (bool, error) {
 	}
 	c.rd.buf, c.rd.r, c.rd.w = ir.buf, 0, ir.n
 	ir.buf = nil
+	c.rd.reads++
 	c.hbArrived()
-	c.cork(drainedBatch(ir.n, ir.size))
-	return true, nil
+	return true, c.cork(drainedBatch(ir.n, ir.size))
+}
+
+// tryRead is read on an event loop: it reads what has arrived into p,
+// without waiting, and returns errPark when nothing has. A connection that
+// has had loopReadBudget reads in this turn is handed to a goroutine
+// (errHandoff), so that a peer that keeps sending cannot hold up the loop.
+func (c *Conn) tryRead(p []byte) (int, error) {
+	ir := c.idle
+	if c.rd.reads >= loopReadBudget {
+		return 0, errHandoff
+	}
+	c.hbWaiting()
+	ir.dst = p
+	err := ir.raw.Read(ir.tryFn)
+	ir.dst = nil
+	if err != nil {
+		return 0, c.readError(err)
+	}
+	if ir.wouldBlock {
+		ir.wouldBlock = false
+		return 0, errPark
+	}
+	if err := ir.err; err != nil {
+		ir.err = nil
+		if err != io.EOF {
+			err = c.readError(err)
+		}
+		return 0, err
+	}
+	c.rd.reads++
+	c.hbArrived()
+	return ir.n, c.cork(drainedBatch(ir.n, len(p)))
 }
 
 // readError wraps err as the net.Conn's own Read would.

@@ -5,16 +5,16 @@ import "sync"
 // values is a connection's key-value storage, safe for concurrent use; it
 // holds no map until the first Set.
 type values struct {
-	mu sync.RWMutex
+	mu sync.Mutex // not an RWMutex: every Conn holds one, and values are rarely contended
 	m  map[string]any
 }
 
 // Get returns the value stored on the connection under key, if any.
 func (c *Conn) Get(key string) (value any, ok bool) {
 	v := &c.values
-	v.mu.RLock()
+	v.mu.Lock()
 	value, ok = v.m[key]
-	v.mu.RUnlock()
+	v.mu.Unlock()
 	return value, ok
 }
 

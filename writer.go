@@ -25,6 +25,8 @@ type writeState struct {
 	mu        sync.Mutex
 	buf       *[]byte // corked bytes; nil when nothing is corked
 	corked    bool    // the read goroutine is dispatching: append, flush later
+	noWait    bool    // an event loop is dispatching: no write may wait (netWrite)
+	backlog   *[]byte // what the socket did not take while no write could wait
 	early     bool    // flush once at earlyFlushSize: the read drained the socket (drainedBatch)
 	closeSent bool
 	closed    bool
@@ -39,7 +41,7 @@ type writeState struct {
 
 	// The write timeout: the socket's write deadline is moved forward at
 	// most every quarter of Options.WriteTimeout, not at every write.
-	refreshAt    time.Time    // when the deadline is next moved
+	refreshAt    int64        // when the deadline is next moved, in Unix nanoseconds
 	userDeadline atomic.Int64 // Unix ns of SetWriteDeadline's deadline; 0 for none
 	userChanged  atomic.Bool  // SetWriteDeadline was called since the last move
 }
@@ -509,6 +511,14 @@ func (c *Conn) releaseWriteBuffer() {
 	}
 }
 
+// releaseBacklog gives the backlog back when the connection ends.
+func (c *Conn) releaseBacklog() {
+	if c.wr.backlog != nil {
+		bufpool.Put(c.wr.backlog)
+		c.wr.backlog = nil
+	}
+}
+
 // netWrite writes p to the socket, the only place gust does once the
 // handshake is over; the caller holds the write lock. Writes to a
 // syscall.Conn arm the write timeout only when they must wait (rawWriter).
@@ -520,22 +530,74 @@ func (c *Conn) releaseWriteBuffer() {
 // few seconds, not one per write.
 func (c *Conn) netWrite(p []byte) (int, error) {
 	if c.rw != nil {
+		w := &c.wr
+		if w.noWait || w.backlog != nil {
+			return c.netWriteBacklog(p)
+		}
 		return c.rw.writeAll(p)
 	}
 	w := &c.wr
 	if d := c.cfg.WriteTimeout; d > 0 {
-		if w.userChanged.Load() || time.Since(w.refreshAt) >= 0 {
+		if now := time.Now(); w.userChanged.Load() || now.UnixNano() >= w.refreshAt {
 			w.userChanged.Store(false)
-			now := time.Now()
 			dl := now.Add(d)
 			if u := w.userDeadline.Load(); u != 0 && u < dl.UnixNano() {
 				dl = time.Unix(0, u)
 			}
 			c.conn.SetWriteDeadline(dl)
-			w.refreshAt = now.Add(d / 4)
+			w.refreshAt = now.Add(d / 4).UnixNano()
 		}
 	}
 	return c.conn.Write(p)
+}
+
+// netWriteBacklog is netWrite while an event loop dispatches (netpoll
+// mode), or while what the socket did not take then waits: a loop must
+// never wait for a socket, so that one slow peer cannot hold up the others.
+// While the loop dispatches, every write (from its callbacks or from other
+// goroutines) writes what the socket takes at once and keeps the rest in
+// the backlog, in order, and reports it written. The loop then hands the
+// connection to a goroutine, which writes the backlog under the write
+// timeout before the connection reads again; a write outside the loop's
+// dispatch writes the backlog first. The backlog holds at most what is
+// written while one read's bytes are dispatched.
+func (c *Conn) netWriteBacklog(p []byte) (int, error) {
+	w := &c.wr
+	if w.backlog == nil {
+		n, err := c.rw.tryWrite(p)
+		if err != nil || n == len(p) {
+			return n, err
+		}
+		w.backlog = bufpool.Get(len(p) - n)
+		copy(*w.backlog, p[n:])
+		return len(p), nil
+	}
+	if w.noWait {
+		k := len(*w.backlog)
+		if n := k + len(p); n > cap(*w.backlog) {
+			w.backlog = bufpool.Grow(w.backlog, max(n, 2*cap(*w.backlog)))
+		}
+		*w.backlog = (*w.backlog)[:k+len(p)]
+		copy((*w.backlog)[k:], p)
+		return len(p), nil
+	}
+	if err := c.writeBacklogLocked(); err != nil {
+		return 0, err
+	}
+	return c.rw.writeAll(p)
+}
+
+// writeBacklogLocked writes the backlog (netWriteBacklog), waiting as a
+// write outside an event loop does.
+func (c *Conn) writeBacklogLocked() error {
+	w := &c.wr
+	if w.backlog == nil {
+		return nil
+	}
+	_, err := c.rw.writeAll(*w.backlog)
+	bufpool.Put(w.backlog)
+	w.backlog = nil
+	return err
 }
 
 // setWriteDeadline is SetWriteDeadline: it applies t at once, which ends a
@@ -572,28 +634,56 @@ func (c *Conn) writeFailed(err error) error {
 // cork makes writes append to the cork buffer; the read goroutine calls it
 // when it starts dispatching freshly read bytes. early asks for an early
 // flush of the batch (drainedBatch).
-func (c *Conn) cork(early bool) {
-	if c.parallel != nil {
-		return
+//
+// On an event loop it also makes every write not wait (netWriteBacklog).
+// It never waits for the write lock there: a goroutine holding it may be
+// waiting for the socket, so the loop hands the connection, and the bytes
+// it read, to a goroutine instead (errHandoff).
+func (c *Conn) cork(early bool) error {
+	loop := c.rd.loop
+	if c.parallel != nil && !loop {
+		return nil
 	}
-	c.wr.mu.Lock()
-	c.wr.corked = true
-	c.wr.early = early
+	if !loop {
+		c.wr.mu.Lock()
+	} else if !c.wr.mu.TryLock() {
+		return errHandoff
+	}
+	if c.parallel == nil {
+		c.wr.corked = true
+		c.wr.early = early
+	}
+	c.wr.noWait = loop
 	c.wr.mu.Unlock()
 	c.rd.corked = true
+	return nil
 }
 
 // uncork flushes what was corked; the read goroutine calls it before each
-// blocking read.
+// blocking read. On an event loop, what the socket does not take stays in
+// the backlog, and the connection goes to a goroutine that writes it
+// (errHandoff).
 func (c *Conn) uncork() error {
 	if !c.rd.corked {
 		return nil
 	}
+	if !c.rd.loop {
+		c.wr.mu.Lock()
+	} else if !c.wr.mu.TryLock() {
+		return errHandoff // stays corked: the goroutine flushes
+	}
 	c.rd.corked = false
-	c.wr.mu.Lock()
 	c.wr.corked, c.wr.early = false, false
 	err := c.flushLocked()
+	c.wr.noWait = false
+	if err == nil && !c.rd.loop {
+		err = c.writeFailed(c.writeBacklogLocked())
+	}
+	backlog := c.wr.backlog != nil
 	c.wr.mu.Unlock()
+	if err == nil && backlog {
+		return errHandoff
+	}
 	return err
 }
 
