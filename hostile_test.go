@@ -18,7 +18,9 @@ import (
 
 // Peers that attack gust: one that never reads, one that announces more
 // than it sends, one that sends bad frames and then stays. Each test bounds
-// what such a peer can hold.
+// what such a peer can hold, over the TCP server modes: goroutine and
+// netpoll mode (where the connection waits for the peer parked on gust's
+// epoll), on the Upgrader's path and on the Server's.
 
 // blockWrites writes 1 MiB messages to c from a goroutine until a write
 // fails, and returns once a write has made no progress for a while: the
@@ -49,38 +51,42 @@ func blockWrites(t *testing.T, write func() error) <-chan error {
 	return failed
 }
 
+// On the Server's path the test shuts down through the embedded Upgrader,
+// whose tracker holds the Server's connections: Server.Shutdown adds only
+// the closing of its listeners (TestServerShutdownCoversItsUpgrade), and
+// runServer checks that Serve returns ErrServerClosed once it is closed.
 func TestShutdownReturnsByItsDeadlineWithAPeerThatNeverReads(t *testing.T) {
-	h := newRecorder()
-	s := newServer(h, &Options{WriteTimeout: time.Hour}) // only ctx can end the stalled write
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(ln) }()
+	forEachTCPMode(t, func(t *testing.T, m serverMode) {
+		h := newRecorder()
+		var u *Upgrader
+		addr := m.serve(t, h, &Options{WriteTimeout: time.Hour}, func(up *Upgrader) { u = up }) // only ctx can end the stalled write
 
-	dialRaw(t, ln.Addr().String(), nil) // never reads
-	stalled := h.waitOpen(t)
-	healthy := dialRaw(t, ln.Addr().String(), nil)
-	h.waitOpen(t)
-	big := make([]byte, 1<<20)
-	failed := blockWrites(t, func() error { return stalled.WriteMessage(OpBinary, big) })
+		dialRaw(t, addr, nil) // never reads
+		stalled := h.waitOpen(t)
+		healthy := dialRaw(t, addr, nil)
+		h.waitOpen(t)
+		big := make([]byte, 1<<20)
+		failed := blockWrites(t, func() error { return stalled.WriteMessage(OpBinary, big) })
 
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-	defer cancel()
-	shut := make(chan error, 1)
-	go func() { shut <- s.Shutdown(ctx) }()
-	// The healthy peer gets its 1001 while the stalled one blocks its own
-	// write, and nothing else.
-	healthy.expectClose(StatusGoingAway)
-	select {
-	case err := <-shut:
-		require.ErrorIs(t, err, context.DeadlineExceeded)
-	case <-time.After(10 * time.Second):
-		t.Fatal("Shutdown did not return after its context's deadline")
-	}
-	require.Error(t, <-failed)
-	require.ErrorIs(t, <-served, ErrServerClosed)
-	errs := []error{h.waitClose(t), h.waitClose(t)}
-	require.Contains(t, []StatusCode{CloseStatus(errs[0]), CloseStatus(errs[1])}, StatusGoingAway)
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		shut := make(chan error, 1)
+		go func() { shut <- u.Shutdown(ctx) }()
+		// The healthy peer gets its 1001 while the stalled one blocks its
+		// own write, and nothing else.
+		healthy.expectClose(StatusGoingAway)
+		select {
+		case err := <-shut:
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+		case <-time.After(10 * time.Second):
+			t.Fatal("Shutdown did not return after its context's deadline")
+		}
+		require.Error(t, <-failed)
+		errs := []error{h.waitClose(t), h.waitClose(t)}
+		require.Contains(t, []StatusCode{CloseStatus(errs[0]), CloseStatus(errs[1])}, StatusGoingAway)
+		require.True(t, errors.Is(errs[0], ErrServerClosed) || errors.Is(errs[1], ErrServerClosed),
+			"the stalled connection is cut with ErrServerClosed: %v, %v", errs[0], errs[1])
+	})
 }
 
 func TestWriteTimeoutCutsAPeerThatNeverReads(t *testing.T) {
@@ -129,49 +135,56 @@ func TestWriteTimeoutCutsAPeerThatNeverReads(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newRecorder()
-			addr := startServer(t, h, &Options{WriteTimeout: 300 * time.Millisecond})
-			dialRaw(t, addr, nil) // never reads
-			c := h.waitOpen(t)
-			failed := tc.write(t, c)
-			err := h.waitClose(t)
-			require.ErrorIs(t, err, os.ErrDeadlineExceeded, "OnClose: %v", err)
-			require.Contains(t, err.Error(), "write timeout")
-			if failed != nil {
-				require.ErrorIs(t, <-failed, os.ErrDeadlineExceeded)
-			}
+			forEachTCPMode(t, func(t *testing.T, m serverMode) {
+				h := newRecorder()
+				addr := m.start(t, h, &Options{WriteTimeout: 300 * time.Millisecond})
+				dialRaw(t, addr, nil) // never reads
+				c := h.waitOpen(t)
+				failed := tc.write(t, c)
+				err := h.waitClose(t)
+				require.ErrorIs(t, err, os.ErrDeadlineExceeded, "OnClose: %v", err)
+				require.Contains(t, err.Error(), "write timeout")
+				if failed != nil {
+					require.ErrorIs(t, <-failed, os.ErrDeadlineExceeded)
+				}
+			})
 		})
 	}
 }
 
 func TestWriteTimeoutCutsAnEchoPeerThatNeverReads(t *testing.T) {
 	// The echo is written from OnMessage, corked: the read goroutine itself
-	// blocks in the flush, and the timeout must free it.
-	h := newEcho()
-	addr := startServer(t, h, &Options{WriteTimeout: 300 * time.Millisecond})
-	c := dialRaw(t, addr, nil)
-	msg := frame(0x82, make([]byte, 64<<10))
-	go func() {
-		for {
-			if _, err := c.nc.Write(msg); err != nil {
-				return
+	// (in netpoll mode, the one resumed for the bytes) blocks in the flush,
+	// and the timeout must free it.
+	forEachTCPMode(t, func(t *testing.T, m serverMode) {
+		h := newEcho()
+		addr := m.start(t, h, &Options{WriteTimeout: 300 * time.Millisecond})
+		c := dialRaw(t, addr, nil)
+		msg := frame(0x82, make([]byte, 64<<10))
+		go func() {
+			for {
+				if _, err := c.nc.Write(msg); err != nil {
+					return
+				}
 			}
-		}
-	}()
-	err := h.waitClose(t)
-	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "OnClose: %v", err)
+		}()
+		err := h.waitClose(t)
+		require.ErrorIs(t, err, os.ErrDeadlineExceeded, "OnClose: %v", err)
+	})
 }
 
 func TestSetWriteDeadlineStillAppliesUnderTheWriteTimeout(t *testing.T) {
-	h := newRecorder()
-	addr := startServer(t, h, &Options{WriteTimeout: time.Hour})
-	dialRaw(t, addr, nil) // never reads
-	c := h.waitOpen(t)
-	big := make([]byte, 1<<20)
-	failed := blockWrites(t, func() error { return c.WriteMessage(OpBinary, big) })
-	require.NoError(t, c.SetWriteDeadline(time.Now()))
-	require.ErrorIs(t, <-failed, os.ErrDeadlineExceeded)
-	require.ErrorIs(t, h.waitClose(t), os.ErrDeadlineExceeded)
+	forEachTCPMode(t, func(t *testing.T, m serverMode) {
+		h := newRecorder()
+		addr := m.start(t, h, &Options{WriteTimeout: time.Hour})
+		dialRaw(t, addr, nil) // never reads
+		c := h.waitOpen(t)
+		big := make([]byte, 1<<20)
+		failed := blockWrites(t, func() error { return c.WriteMessage(OpBinary, big) })
+		require.NoError(t, c.SetWriteDeadline(time.Now()))
+		require.ErrorIs(t, <-failed, os.ErrDeadlineExceeded)
+		require.ErrorIs(t, h.waitClose(t), os.ErrDeadlineExceeded)
+	})
 }
 
 // settledHeap is the heap in use once the pools are empty: two collections
@@ -227,48 +240,50 @@ func TestFragmentedMessageGrowsLinearly(t *testing.T) {
 	if testing.Short() {
 		t.Skip("sends 72 MiB")
 	}
-	got := make(chan int, 1)
-	h := newRecorder()
-	h.message = func(_ *Conn, m *Message) {
-		got <- len(m.Data)
-		m.Close()
-	}
-	addr := startServer(t, h, &Options{MaxMessageSize: 128 << 20})
-	c := dialRaw(t, addr, nil)
-	c.nc.SetDeadline(time.Now().Add(2 * time.Minute))
-	fragment := make([]byte, 4<<10)
-	send := func(size int) uint64 {
-		var ms runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&ms)
-		before := ms.TotalAlloc
-		w := bufio.NewWriterSize(c.nc, 256<<10)
-		hdr := []byte{0, 0x80 | 126, byte(len(fragment) >> 8), byte(len(fragment)), 0, 0, 0, 0}
-		for i := 0; i < size; i += len(fragment) {
-			hdr[0] = 0x00 // continuation
-			if i == 0 {
-				hdr[0] = 0x02
-			}
-			if i+len(fragment) >= size {
-				hdr[0] |= 0x80
-			}
-			w.Write(hdr)
-			w.Write(fragment)
+	forEachTCPMode(t, func(t *testing.T, m serverMode) {
+		got := make(chan int, 1)
+		h := newRecorder()
+		h.message = func(_ *Conn, msg *Message) {
+			got <- len(msg.Data)
+			msg.Close()
 		}
-		require.NoError(t, w.Flush())
-		select {
-		case n := <-got:
-			require.Equal(t, size, n)
-		case <-time.After(2 * time.Minute):
-			t.Fatal("message not delivered")
+		addr := m.start(t, h, &Options{MaxMessageSize: 128 << 20})
+		c := dialRaw(t, addr, nil)
+		c.nc.SetDeadline(time.Now().Add(2 * time.Minute))
+		fragment := make([]byte, 4<<10)
+		send := func(size int) uint64 {
+			var ms runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&ms)
+			before := ms.TotalAlloc
+			w := bufio.NewWriterSize(c.nc, 256<<10)
+			hdr := []byte{0, 0x80 | 126, byte(len(fragment) >> 8), byte(len(fragment)), 0, 0, 0, 0}
+			for i := 0; i < size; i += len(fragment) {
+				hdr[0] = 0x00 // continuation
+				if i == 0 {
+					hdr[0] = 0x02
+				}
+				if i+len(fragment) >= size {
+					hdr[0] |= 0x80
+				}
+				w.Write(hdr)
+				w.Write(fragment)
+			}
+			require.NoError(t, w.Flush())
+			select {
+			case n := <-got:
+				require.Equal(t, size, n)
+			case <-time.After(2 * time.Minute):
+				t.Fatal("message not delivered")
+			}
+			runtime.ReadMemStats(&ms)
+			return ms.TotalAlloc - before
 		}
-		runtime.ReadMemStats(&ms)
-		return ms.TotalAlloc - before
-	}
-	small := send(8 << 20)
-	large := send(64 << 20)
-	t.Logf("allocated %d MiB for 8 MiB, %d MiB for 64 MiB: ratio %.1f", small>>20, large>>20, float64(large)/float64(small))
-	require.Less(t, float64(large)/float64(small), 16.0, "8× the size must cost about 8× the bytes")
+		small := send(8 << 20)
+		large := send(64 << 20)
+		t.Logf("allocated %d MiB for 8 MiB, %d MiB for 64 MiB: ratio %.1f", small>>20, large>>20, float64(large)/float64(small))
+		require.Less(t, float64(large)/float64(small), 16.0, "8× the size must cost about 8× the bytes")
+	})
 }
 
 func TestFailedConnectionLingersBriefly(t *testing.T) {
@@ -277,42 +292,44 @@ func TestFailedConnectionLingersBriefly(t *testing.T) {
 	// frame and then neither closes nor reads holds its descriptor for a
 	// fraction of a second; one that keeps trickling bytes, for about a
 	// second.
-	for _, trickle := range []bool{false, true} {
-		name := map[bool]string{false: "silent", true: "trickling"}[trickle]
-		t.Run(name, func(t *testing.T) {
-			h := newEcho()
-			addr := startServer(t, h, &Options{CloseTimeout: time.Minute})
-			c := dialRaw(t, addr, nil)
-			c.send(frame(0x83, nil)) // reserved opcode
-			stop := make(chan struct{})
-			defer close(stop)
-			if trickle {
-				go func() {
-					for {
-						select {
-						case <-stop:
-							return
-						case <-time.After(20 * time.Millisecond):
-							if _, err := c.nc.Write([]byte{0}); err != nil {
+	forEachTCPMode(t, func(t *testing.T, m serverMode) {
+		for _, trickle := range []bool{false, true} {
+			name := map[bool]string{false: "silent", true: "trickling"}[trickle]
+			t.Run(name, func(t *testing.T) {
+				h := newEcho()
+				addr := m.start(t, h, &Options{CloseTimeout: time.Minute})
+				c := dialRaw(t, addr, nil)
+				c.send(frame(0x83, nil)) // reserved opcode
+				stop := make(chan struct{})
+				defer close(stop)
+				if trickle {
+					go func() {
+						for {
+							select {
+							case <-stop:
 								return
+							case <-time.After(20 * time.Millisecond):
+								if _, err := c.nc.Write([]byte{0}); err != nil {
+									return
+								}
 							}
 						}
-					}
-				}()
-			}
-			b0, p, err := c.readFrame()
-			require.NoError(t, err)
-			require.Equal(t, byte(0x88), b0)
-			require.Equal(t, StatusProtocolError, StatusCode(binary.BigEndian.Uint16(p)))
-			// Without answering, the socket must be closed well before the
-			// minute of CloseTimeout.
-			c.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
-			_, err = c.br.ReadByte()
-			require.True(t, errors.Is(err, io.EOF) || isReset(err), "want the server to close, got %v", err)
-			var pe *ProtocolError
-			require.ErrorAs(t, h.waitClose(t), &pe)
-		})
-	}
+					}()
+				}
+				b0, p, err := c.readFrame()
+				require.NoError(t, err)
+				require.Equal(t, byte(0x88), b0)
+				require.Equal(t, StatusProtocolError, StatusCode(binary.BigEndian.Uint16(p)))
+				// Without answering, the socket must be closed well
+				// before the minute of CloseTimeout.
+				c.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+				_, err = c.br.ReadByte()
+				require.True(t, errors.Is(err, io.EOF) || isReset(err), "want the server to close, got %v", err)
+				var pe *ProtocolError
+				require.ErrorAs(t, h.waitClose(t), &pe)
+			})
+		}
+	})
 }
 
 // isReset reports a connection reset by the peer.
@@ -333,6 +350,9 @@ func (l plainListener) Accept() (net.Conn, error) {
 	return plainConn{nc}, nil
 }
 
+// Goroutine mode only: netpoll mode does not apply to a conn without
+// SyscallConn, which has no descriptor to park on gust's epoll (with
+// Netpoll set, such a conn runs in goroutine mode).
 func TestWriteTimeoutOnAConnWithoutSyscallConn(t *testing.T) {
 	h := newRecorder()
 	s := newServer(h, &Options{WriteTimeout: 300 * time.Millisecond})
