@@ -26,7 +26,9 @@ import (
 // dispatching the bytes of one read (from the callbacks, or from other
 // goroutines meanwhile) are corked and reach the network together before the
 // next blocking read, so a callback that blocks for long delays them: hand
-// slow work to another goroutine, or set Options.Parallel.
+// slow work to another goroutine, or set Options.Parallel. In netpoll mode
+// (Options.Netpoll) the Event methods are called from an event loop that
+// serves many connections: there a callback that blocks holds up them all.
 type Conn struct {
 	conn        net.Conn
 	cfg         *config
@@ -113,8 +115,8 @@ func (c *Conn) attach(nc net.Conn, buffered []byte, subprotocol string) {
 //
 // In netpoll mode (Options.Netpoll) ReadLoop returns as soon as the
 // connection has nothing to read: it calls OnOpen, dispatches what has
-// arrived, and hands the connection to gust's event loop, which reads and
-// dispatches on goroutines of its own from then on, and calls OnClose.
+// arrived, and hands the connection to one of gust's event loops, which
+// reads and dispatches from then on, and OnClose is called when it ends.
 func (c *Conn) ReadLoop() {
 	// A Conn without a connection (a zero one, or one whose handshake is
 	// in progress) returns before it counts as started, so that the
@@ -171,10 +173,9 @@ func (c *Conn) serveOffLoop() {
 	c.serve(false)
 }
 
-// errPark unwinds the read goroutine of a connection in netpoll mode that
-// has nothing to read at a frame boundary, or an event loop's parse of a
-// connection that has nothing more to read; errHandoff unwinds a loop's
-// parse where it would have to wait. The parser's state is kept for the
+// errPark unwinds the parse of a connection in netpoll mode that has
+// nothing more to read, on an event loop or a goroutine; errHandoff unwinds
+// a loop's parse where it would have to wait. The parser's state is kept for the
 // next reader in both cases.
 var (
 	errPark    = errors.New("gust: park")

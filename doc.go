@@ -201,16 +201,21 @@
 // # Netpoll mode
 //
 // With [Options].Netpoll set (Linux), a connection that has dispatched all it
-// received holds no goroutine and no buffer: it is parked on gust's own
-// epoll instance until bytes arrive, and then served by a goroutine that
-// ends when the connection is idle again. [Conn.ReadLoop] returns at the
+// received holds no goroutine and no buffer: it is parked on one of gust's
+// event loops (one per GOMAXPROCS, each with its own epoll instance), which
+// reads, parses and dispatches what arrives, and parks it again. The parser
+// is the one goroutine mode uses: it keeps a frame that arrived in part and
+// resumes it at the next arrival. [Conn.ReadLoop] returns at the
 // connection's first idle moment, so a net/http handler returns at once;
-// OnClose still comes exactly once. The callbacks, the limits, compression,
-// heartbeats and Shutdown behave as in goroutine mode, and a callback that
-// blocks holds up its own connection only. Choose it for many mostly idle
-// connections (it cuts their memory to a third); goroutine mode costs less
-// CPU per message when connections are busy. TLS connections and HTTP/2
-// streams, and every connection off Linux, stay in goroutine mode.
+// OnClose still comes exactly once. The limits, compression, heartbeats and
+// Shutdown behave as in goroutine mode. The callbacks run on the loop, so
+// they must not block: one that waits holds up every connection of its
+// loop (Options.Parallel, or a goroutine of your own, is the way out). gust
+// itself never waits on a loop: writes the socket does not take wait in a
+// backlog, and a connection that must wait (for that backlog to drain, for
+// a streamed message's handler) is served by a goroutine until it is idle
+// again. Choose it for many mostly idle connections. TLS connections and
+// HTTP/2 streams, and every connection off Linux, stay in goroutine mode.
 //
 // # Limits and timeouts
 //

@@ -63,7 +63,7 @@ func runFuzzLoop(t *testing.T, in []byte, seed uint64, opts Options) (*fuzzRecor
 	rest := in
 	open := true
 	for {
-		c.rd.loop, c.rd.reads = true, 0
+		c.rd.startTurn()
 		err := c.run(open)
 		open = false
 		if err == errPark {

@@ -108,7 +108,7 @@ func (c *Conn) resume() {
 // it readable.
 func (c *Conn) resumeOnLoop() {
 	c.np.ready.Store(false)
-	c.rd.loop, c.rd.reads = true, 0
+	c.rd.startTurn()
 	c.serve(false)
 }
 

@@ -155,20 +155,31 @@ type Options struct {
 
 	// Netpoll turns on netpoll mode (Linux; elsewhere it is ignored): a
 	// connection with nothing to read holds no goroutine and no buffer,
-	// only its Conn and its socket, parked on gust's own epoll instance.
-	// When bytes arrive, a goroutine is started that reads and dispatches
-	// them, as ReadLoop does in goroutine mode, and exits once the
-	// connection is idle again, between two frames. ReadLoop returns as
-	// soon as the connection is first idle; OnClose is still called once,
-	// from whichever goroutine sees the end. The callbacks run on those
-	// goroutines, so a callback that blocks holds up its own connection
-	// only. A frame that arrives in pieces is waited for by its goroutine,
-	// as in goroutine mode. Connections that are not plain sockets (TLS,
-	// HTTP/2 streams) stay in goroutine mode.
+	// only its Conn and its socket, parked on one of gust's event loops
+	// (one per GOMAXPROCS, each with its own epoll instance). When bytes
+	// arrive, the loop reads them into a pooled buffer, parses them and
+	// calls the callbacks itself, then parks the connection again. A frame
+	// that arrives in pieces is parsed as far as its bytes go and resumed
+	// at the next arrival, holding no more than the frame needs meanwhile.
+	// ReadLoop returns as soon as the connection is first idle; OnClose is
+	// still called once.
+	//
+	// The callbacks then run on a loop shared with other connections, so
+	// they must not block: a callback that waits (on a lock, a database, a
+	// Ping's pong) holds up every connection of its loop until it returns.
+	// Hand slow work to a goroutine of your own, or set Parallel. gust's
+	// own waits never hold a loop: writes the socket does not take at once
+	// wait in the connection's backlog (at most what is written while one
+	// read's bytes are dispatched), and what would wait — that backlog, a
+	// message streamed to its handler (StreamThreshold), a close, Parallel
+	// handlers all busy, a peer that keeps sending — is handed to a
+	// goroutine started for the connection, which parks it again once
+	// idle. Connections that are not plain sockets (TLS, HTTP/2 streams)
+	// stay in goroutine mode.
 	// Default false: goroutine mode, where each connection's ReadLoop
 	// keeps its goroutine for the connection's life. Choose netpoll mode
-	// for many mostly idle connections (push, chat); goroutine mode costs
-	// less CPU per message when every connection is busy.
+	// for many mostly idle connections (push, chat); README's "Netpoll
+	// mode" has the figures for both.
 	Netpoll bool
 
 	// Compression configures permessage-deflate (RFC 7692). Default: off.

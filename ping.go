@@ -39,7 +39,9 @@ type pingWaiters struct {
 // that goroutine — from OnOpen, OnPing, OnPong, or OnMessage unless
 // Options.Parallel is set — can never see its pong, since the goroutine
 // that would read it is the one waiting: it returns only when ctx ends.
-// Call Ping from another goroutine. A ping written while the read goroutine
+// Call Ping from another goroutine. In netpoll mode the callbacks run on an
+// event loop shared with other connections, which such a Ping holds up
+// too. A ping written while the read goroutine
 // dispatches is corked like any write, and its wait is part of the
 // round-trip time.
 //

@@ -41,11 +41,12 @@ type readState struct {
 	utf8       utf8.Validator
 	corked     bool
 	closed     bool  // the peer's close frame has been read
-	boundary   bool  // waiting for a frame's first bytes: netpoll mode may park here
 	inFrame    bool  // hdr is read; its payload is not yet all read
 	begun      bool  // readData has taken hdr into the message
 	stream     bool  // readData chose to stream the message (StreamThreshold)
 	loop       bool  // parsing on an event loop: never wait (errPark, errHandoff)
+	drained    bool  // on the loop, the last read took all there was (tryRead)
+	streaming  bool  // a streamed message's handler reads: reads wait, never park
 	pos        uint8 // the masking key's position in the frame's payload, 0-3
 	reads      uint8 // reads in this turn on the loop (loopReadBudget)
 }
@@ -58,6 +59,12 @@ func (rd *readState) release() {
 		rd.buf = nil
 	}
 	rd.r, rd.w = 0, 0
+}
+
+// startTurn begins a turn of parsing on an event loop, which found the
+// connection readable.
+func (rd *readState) startTurn() {
+	rd.loop, rd.reads, rd.drained = true, 0, false
 }
 
 // shrink moves the few bytes of a frame that came in part (a header, a
@@ -98,7 +105,7 @@ func (c *Conn) read(p []byte) (int, error) {
 	if err := c.uncork(); err != nil {
 		return 0, err
 	}
-	if c.rd.loop {
+	if c.mayPark() {
 		return c.tryRead(p)
 	}
 	c.hbWaiting()
@@ -112,6 +119,14 @@ func (c *Conn) read(p []byte) (int, error) {
 			return 0, err
 		}
 	}
+}
+
+// mayPark reports whether a read must not wait but park the connection
+// (errPark) when nothing has arrived: on an event loop, and in netpoll mode
+// on any goroutine, except for a streamed message, whose handler reads
+// from its callback.
+func (c *Conn) mayPark() bool {
+	return c.rd.loop || (c.np != nil && !c.rd.streaming)
 }
 
 // fill reads more bytes into the read buffer, making room at its end first.
@@ -208,10 +223,7 @@ func yielded(err error) bool { return err == errPark || err == errHandoff }
 func (c *Conn) readHeader(h *frameHeader) error {
 	rd := &c.rd
 	*h = frameHeader{}
-	rd.boundary = true
-	err := c.ensure(2)
-	rd.boundary = false
-	if err != nil {
+	if err := c.ensure(2); err != nil {
 		if yielded(err) {
 			return err
 		}

@@ -101,8 +101,8 @@ func (ir *idleReader) tryRead(fd uintptr) bool {
 
 // fillIdle reads into a fresh buffer when the read buffer is drained. It
 // reports false when the connection cannot wait without a buffer. In
-// netpoll mode, at a frame boundary, it does not wait: it returns errPark
-// when there is nothing to read, and the caller gives up its goroutine.
+// netpoll mode it does not wait (mayPark): it returns errPark when there is
+// nothing to read, and the caller parks the connection.
 func (c *Conn) fillIdle() (bool, error) {
 	ir := c.idle
 	if ir == nil {
@@ -113,12 +113,18 @@ func (c *Conn) fillIdle() (bool, error) {
 	if err := c.uncork(); err != nil {
 		return true, err
 	}
-	if c.rd.loop && c.rd.reads >= loopReadBudget {
-		return true, errHandoff
+	if c.rd.loop {
+		if c.rd.drained {
+			c.hbWaiting()
+			return true, errPark
+		}
+		if c.rd.reads >= loopReadBudget {
+			return true, errHandoff
+		}
 	}
 	c.hbWaiting()
 	fn := ir.fn
-	park := c.rd.loop || (c.np != nil && c.rd.boundary)
+	park := c.mayPark()
 	if park {
 		fn = ir.tryFn
 	}
@@ -139,18 +145,30 @@ func (c *Conn) fillIdle() (bool, error) {
 	c.rd.buf, c.rd.r, c.rd.w = ir.buf, 0, ir.n
 	ir.buf = nil
 	c.rd.reads++
+	c.rd.drained = c.rd.loop && ir.n < ir.size
 	c.hbArrived()
 	return true, c.cork(drainedBatch(ir.n, ir.size))
 }
 
 // tryRead is read on an event loop: it reads what has arrived into p,
-// without waiting, and returns errPark when nothing has. A connection that
+// without waiting, and returns errPark when nothing has, or when the last
+// read came short of its buffer: it took all there was then, and the
+// descriptor is edge-triggered, so bytes that came since have queued a
+// readable event, which resumes the connection once it parks (this saves
+// the read that would find nothing, one system call in three for small
+// request/response messages). A connection that
 // has had loopReadBudget reads in this turn is handed to a goroutine
 // (errHandoff), so that a peer that keeps sending cannot hold up the loop.
 func (c *Conn) tryRead(p []byte) (int, error) {
 	ir := c.idle
-	if c.rd.reads >= loopReadBudget {
-		return 0, errHandoff
+	if c.rd.loop {
+		if c.rd.drained {
+			c.hbWaiting()
+			return 0, errPark
+		}
+		if c.rd.reads >= loopReadBudget {
+			return 0, errHandoff
+		}
 	}
 	c.hbWaiting()
 	ir.dst = p
@@ -171,6 +189,7 @@ func (c *Conn) tryRead(p []byte) (int, error) {
 		return 0, err
 	}
 	c.rd.reads++
+	c.rd.drained = c.rd.loop && ir.n < len(p)
 	c.hbArrived()
 	return ir.n, c.cork(drainedBatch(ir.n, len(p)))
 }

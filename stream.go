@@ -55,6 +55,8 @@ const streamReaderSize = 32 << 10
 // compressed stream's window stays in step.
 func (c *Conn) streamMessage(fin bool, length int64, key [4]byte) error {
 	rd := &c.rd
+	rd.streaming = true // its reads wait, in netpoll mode too
+	defer func() { rd.streaming = false }()
 	sm := &streamedMessage{Message: Message{Opcode: rd.op, streamed: true},
 		st: msgStream{c: c, remaining: length, fin: fin, key: key, wire: int64(rd.n) + length}}
 	m, s := &sm.Message, &sm.st

@@ -8,6 +8,7 @@ message_scenario_flags() {
 	b) echo "-c 200 -w 16 -p 2396" ;;       # gws's tcpkali case
 	c) echo "-c 1000 -w 1 -p 1024" ;;       # request/response
 	c5) echo "-c 5000 -w 1 -p 1024" ;;      # the same at 5,000 connections (published Go benchmarks)
+	c20) echo "-c 19500 -w 1 -p 1024" ;;    # and at ~20,000 (one process may hold 20,000 descriptors)
 	d) echo "-c 1 -w 4 -p 1048576 -binary" ;; # 1 MiB messages
 	f) echo "-c 4 -w 150 -p 1024" ;;        # sockety-style QPS
 	*) return 1 ;;

@@ -76,6 +76,7 @@ var scenarios = []scenario{
 	{"b", "200 connections, 2,396-byte text, 16 in flight each", "msg/s", "msg/s", func(r result) float64 { return r.MsgPerSec }, false, "", nil},
 	{"c", "1,000 connections, 1 KiB text, one in flight (request/response)", "msg/s", "msg/s", func(r result) float64 { return r.MsgPerSec }, false, "", nil},
 	{"c5", "5,000 connections, 1 KiB text, one in flight (request/response)", "msg/s", "msg/s", func(r result) float64 { return r.MsgPerSec }, false, "", nil},
+	{"c20", "19,500 connections, 1 KiB text, one in flight (request/response; one process may hold 20,000 descriptors)", "msg/s", "msg/s", func(r result) float64 { return r.MsgPerSec }, false, "", nil},
 	{"d", "1 connection, 1 MiB binary, 4 in flight", "MB/s", "MB/s", func(r result) float64 { return r.MBPerSec }, false, "", nil},
 	{"e", "10,000 idle connections after the handshake", "heap KiB per connection", "KiB", func(r result) float64 { return r.HeapPerConn }, true, "", nil},
 	{"f", "request/response, 600 in flight over 4 connections, 1 KiB (sockety-style QPS)", "QPS", "QPS", func(r result) float64 { return r.MsgPerSec }, false, "", nil},
@@ -364,7 +365,7 @@ func table(sc scenario, names []string, aggs map[string]*agg) string {
 	switch sc.id {
 	case "a", "b":
 		cols = []col{main, xg, xb, cpuPerM, allocs, p50, p99}
-	case "c", "c5":
+	case "c", "c5", "c20":
 		cols = []col{main, xg, xr, xb, cpuPerM, allocs, p50, p99}
 	case "d":
 		cpuPerGB := col{"server CPU s / GB", func(a *agg) string {
