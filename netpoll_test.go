@@ -4,6 +4,7 @@ package gust
 
 import (
 	"bytes"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -241,4 +242,41 @@ func TestNetpollPeerThatStopsReadingHoldsUpNoOther(t *testing.T) {
 			slow.expectMessage(OpText, []byte("after"))
 		})
 	}
+}
+
+// A streamed message (Options.StreamThreshold) is read by its handler on a
+// goroutine that waits for each fragment, in netpoll mode too: a fragment
+// that has not come yet is waited for, not parked on, and the connection
+// parks again once the message is read.
+func TestNetpollStreamedMessageWaitsForItsFragments(t *testing.T) {
+	forEachTCPMode(t, func(t *testing.T, m serverMode) {
+		h := newRecorder()
+		got := make(chan []byte, 1)
+		h.message = func(c *Conn, msg *Message) {
+			b, err := io.ReadAll(msg)
+			if err != nil {
+				b = []byte("error: " + err.Error())
+			}
+			got <- b
+		}
+		addr := m.start(t, h, &Options{StreamThreshold: 1024})
+		c := dialRaw(t, addr, nil)
+		part := bytes.Repeat([]byte("s"), 2000)
+		c.send(frame(0x01, part)) // past the threshold: streamed
+		time.Sleep(50 * time.Millisecond)
+		c.send(frame(0x00, part))
+		time.Sleep(50 * time.Millisecond)
+		c.send(frame(0x80, []byte("end")))
+		select {
+		case b := <-got:
+			require.Equal(t, string(part)+string(part)+"end", string(b))
+		case <-time.After(5 * time.Second):
+			t.Fatal("the streamed message never reached its end")
+		}
+		c.send(frame(0x89, []byte("after")))
+		b0, p, err := c.readFrame()
+		require.NoError(t, err)
+		require.Equal(t, byte(0x8a), b0)
+		require.Equal(t, []byte("after"), p)
+	})
 }
