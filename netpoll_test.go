@@ -4,6 +4,7 @@ package gust
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"net"
 	"net/http"
@@ -279,4 +280,33 @@ func TestNetpollStreamedMessageWaitsForItsFragments(t *testing.T) {
 		require.Equal(t, byte(0x8a), b0)
 		require.Equal(t, []byte("after"), p)
 	})
+}
+
+// Dial's connections run in netpoll mode too: the client's ReadLoop returns
+// once it is idle, and the event loops deliver what arrives later.
+func TestNetpollClient(t *testing.T) {
+	t.Parallel()
+	addr := startServer(t, newEcho(), nil)
+	h := newRecorder()
+	c, _, err := Dial(context.Background(), "ws://"+addr+"/", h, &DialOptions{Options: Options{Netpoll: true}})
+	require.NoError(t, err)
+	returned := make(chan struct{})
+	go func() {
+		c.ReadLoop()
+		close(returned)
+	}()
+	select {
+	case <-returned:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the client's ReadLoop did not return for an idle connection in netpoll mode")
+	}
+	for i := range 3 {
+		msg := []byte{'m', byte('0' + i)}
+		require.NoError(t, c.WriteMessage(OpBinary, msg))
+		require.Equal(t, msg, h.waitMessage(t).data)
+	}
+	require.NoError(t, c.Close(StatusNormalClosure, ""))
+	var ce *CloseError
+	require.ErrorAs(t, h.waitClose(t), &ce)
+	require.Equal(t, StatusNormalClosure, ce.Code)
 }
