@@ -103,8 +103,10 @@ type Metrics interface {
 	// Queued reports that n messages entered (n > 0) or left (n < 0) c's
 	// outbox: queued by WriteAsync or WritePreparedAsync (or a heartbeat's
 	// ping that could not be written at once), taken by its writer
-	// goroutine, or discarded by Options.OutboxPolicy. The sum of n over
-	// all calls is the number of messages waiting in outboxes.
+	// goroutine, or discarded by Options.OutboxPolicy. A message that
+	// WriteAsync writes at once, the outbox being empty, is not queued. The
+	// sum of n over all calls is the number of messages waiting in
+	// outboxes.
 	Queued(c *Conn, n int)
 
 	// Dropped reports n messages that c's outbox refused or discarded

@@ -386,10 +386,13 @@ func TestMetricsMessagesAndBytes(t *testing.T) {
 	require.Equal(t, sent[3], sent[6], "a prepared message through the outbox")
 	require.Equal(t, sent, cl.getReceived()[2:], "what the client received")
 	ml.mu.Lock()
-	require.Equal(t, 0, ml.queued)
-	require.Equal(t, 2, ml.queuedIn)
-	require.Equal(t, 0, ml.dropped)
+	queued, queuedIn, dropped := ml.queued, ml.queuedIn, ml.dropped
 	ml.mu.Unlock()
+	require.Equal(t, 0, queued)
+	// Each went out at once from WriteAsync (an empty outbox), or through
+	// the queue if the read goroutine held the write lock then.
+	require.LessOrEqual(t, queuedIn, 2)
+	require.Equal(t, 0, dropped)
 }
 
 // The outbox reports messages entering and leaving its queue, and those its

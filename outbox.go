@@ -136,14 +136,20 @@ type outboxItem struct {
 // of a batch in one system call, and calls done (if not nil) with each
 // one's result: nil once the message was handed to the kernel, or corked
 // behind the read goroutine's own writes (which it flushes before its next
-// read). p must not change until done is called.
+// read). p must not change until done is called. When the outbox is empty
+// and no writer runs, WriteAsync writes the message itself, as far as the
+// socket takes it at once, and calls done before it returns; what the
+// socket does not take is kept and written next by a writer goroutine (a
+// socket without a descriptor, such as TLS, always goes through the
+// writer).
 //
 // The outbox holds Options.OutboxSize messages besides the batch being
 // written; a message queued past that meets Options.OutboxPolicy, by
 // default OutboxReject: WriteAsync returns ErrQueueFull and queues nothing.
 // done is called exactly once if WriteAsync returns nil, and never
-// otherwise: from the writer goroutine, or for a message a policy discards
-// later, from the goroutine whose call discarded it. So done should return
+// otherwise: from the writer goroutine, from WriteAsync itself (above), or
+// for a message a policy discards later, from the goroutine whose call
+// discarded it. So done should return
 // quickly, and must not wait for a lock that a goroutine queueing on this
 // connection may hold while it does. Once a close frame has been sent or
 // the connection has ended, WriteAsync returns net.ErrClosed.
@@ -208,11 +214,64 @@ func (c *Conn) enqueue(it outboxItem) error {
 		m.Queued(c, -1)
 		m.Dropped(c, 1)
 	}
+	if !o.busy && len(o.queue) == o.head && c.rw != nil {
+		c.writeNowLocked(it)
+		return nil
+	}
 	c.pushLocked(it)
 	if dropped.done != nil {
 		dropped.done(ErrQueueFull)
 	}
 	return nil
+}
+
+// writeNowLocked writes it from the calling goroutine, when the outbox is
+// empty and no writer runs, and releases o.mu: a fan-out then costs one
+// system call per connection and no goroutine, as long as the sockets take
+// the bytes. It takes the writer's place meanwhile, so that what is queued
+// behind it waits, and it never waits itself: not for the write lock (a
+// writer that holds it may be waiting for the socket; it is queued for a
+// writer goroutine instead) and not for the socket (what the socket does
+// not take at once goes to the connection's backlog, which a writer
+// goroutine writes under the write timeout before anything else).
+func (c *Conn) writeNowLocked(it outboxItem) {
+	o := &c.wr.out
+	c.startWriterLocked()
+	o.mu.Unlock()
+	w := &c.wr
+	locked := w.mu.TryLock()
+	if locked && w.streaming.Load() && it.op != opPing {
+		w.mu.Unlock() // a NextWriter is open: the writer waits for it to close
+		locked = false
+	}
+	if !locked {
+		o.mu.Lock()
+		o.queue = append(roomFor(o.queue), it)
+		if m := c.cfg.Metrics; m != nil {
+			m.Queued(c, 1)
+		}
+		o.mu.Unlock()
+		go c.drainOutbox()
+		return
+	}
+	loop := w.noWait // an event loop dispatches: it writes the backlog
+	w.noWait = true
+	err := c.writeItemLocked(&it)
+	w.noWait = loop
+	backlog := w.backlog != nil && !loop
+	w.mu.Unlock()
+	if it.done != nil {
+		it.done(err)
+	}
+	o.mu.Lock()
+	if backlog || len(o.queue) > o.head || o.state == outboxClosing {
+		o.mu.Unlock()
+		go c.drainOutbox() // still counted as the writer
+		return
+	}
+	o.busy = false
+	o.mu.Unlock()
+	c.inflight.Done()
 }
 
 // pushLocked appends it to the queue, reports it to Options.Metrics and
@@ -317,6 +376,17 @@ func (c *Conn) closeOutbox() {
 // a connection closed as slow.
 func (c *Conn) drainOutbox() {
 	defer c.inflight.Done()
+	if c.rw != nil {
+		// What the socket did not take from a write that could not wait
+		// (writeNowLocked) goes first; an event loop that is dispatching
+		// writes its own.
+		w := &c.wr
+		w.mu.Lock()
+		if !w.noWait {
+			c.writeFailed(c.writeBacklogLocked())
+		}
+		w.mu.Unlock()
+	}
 	o := &c.wr.out
 	var spare []outboxItem // the last batch's slice, for the queue to reuse
 	o.mu.Lock()

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -326,4 +327,43 @@ func BenchmarkWritePreparedAsync1KiB(b *testing.B) {
 		}
 	}
 	c.inflight.Wait()
+}
+
+// On a socket, WriteAsync with an empty outbox writes at once from the
+// calling goroutine (done is called before it returns), and what a peer
+// that has stopped reading does not take waits in the backlog, ahead of
+// what is queued after it: once the peer reads again, every message
+// arrives, in order.
+func TestOutboxWritesAtOnceOnASocket(t *testing.T) {
+	forEachTCPMode(t, func(t *testing.T, m serverMode) {
+		h := newRecorder()
+		addr := m.start(t, h, &Options{OutboxSize: 1 << 12, WriteTimeout: 30 * time.Second})
+		c := dialRaw(t, addr, nil)
+		sc := h.waitOpen(t)
+
+		called := false
+		require.NoError(t, sc.WriteAsync(OpText, []byte("now"), func(err error) {
+			require.NoError(t, err)
+			called = true
+		}))
+		require.True(t, called, "done is called before WriteAsync returns when the outbox is empty")
+		c.expectMessage(OpText, []byte("now"))
+
+		const n, size = 400, 64 << 10 // 25 MiB: past what loopback's socket buffers hold
+		var failed atomic.Int32
+		for i := range n {
+			p := bytes.Repeat([]byte{byte(i)}, size)
+			err := sc.WriteAsync(OpBinary, p, func(err error) {
+				if err != nil {
+					failed.Add(1)
+				}
+			})
+			require.NoError(t, err)
+		}
+		c.nc.SetReadDeadline(time.Now().Add(20 * time.Second))
+		for i := range n {
+			c.expectMessage(OpBinary, bytes.Repeat([]byte{byte(i)}, size))
+		}
+		require.Zero(t, failed.Load())
+	})
 }
