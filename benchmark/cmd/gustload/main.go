@@ -66,13 +66,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.Window, "w", 1, "messages in flight per connection")
 	fs.Float64Var(&cfg.Rate, "r", 0, "messages per second per connection (0: as fast as the window allows)")
 	fs.Var(duration{&cfg.Duration}, "T", "duration of the measured phase (\"20s\" or seconds)")
-	fs.Int64Var(&cfg.Count, "n", 0, "stop each connection after this many messages (0: no limit)")
+	fs.Int64Var(&cfg.Count, "n", 0, "stop each connection after this many messages (0: no limit); with -recv-only, end the run once every connection has received this many, and fail if one has not within -T")
 	msgText := fs.String("m", "", "message text to send (fixed payload)")
 	msgFile := fs.String("f", "", "file whose content is the message (fixed payload)")
 	fs.IntVar(&cfg.Size, "p", 0, "random payload of this many bytes, with a sequence number in it (default 300 without -m/-f)")
 	ws := fs.Bool("ws", true, "speak WebSocket (the only mode; kept for tcpkali familiarity)")
 	fs.BoolVar(&cfg.Binary, "binary", false, "send binary messages (default text)")
 	fs.BoolVar(&cfg.RecvOnly, "recv-only", false, "send nothing; count the messages the server sends")
+	fs.BoolVar(&cfg.Seq, "seq", false, "with -recv-only: every message's payload starts with a decimal sequence number; fail unless each connection's numbers follow one another")
 	fs.BoolVar(&cfg.Idle, "idle", false, "connect, hold the connections idle for -T, report the server's memory (with -n: after n echoes each)")
 	fs.BoolVar(&cfg.Deflate, "deflate", false, "offer permessage-deflate with context takeover; compress every message, inflate the echoes")
 	fs.BoolVar(&cfg.DeflateNoContext, "deflate-no-context", false, "like -deflate, offering server_no_context_takeover and client_no_context_takeover")
@@ -209,6 +210,10 @@ func summary(w io.Writer, r *load.Result) {
 		return
 	case "recv-only":
 		fmt.Fprintf(w, "Received %d messages in %.2fs: %.0f msg/s, %.2f MB/s\n", r.Messages, r.Seconds, r.MsgPerSec, r.MBPerSec)
+		if s := r.Seq; s != nil {
+			fmt.Fprintf(w, "Sequence numbers consecutive on every connection: first %d..%d, last %d..%d; %d connections received none\n",
+				s.FirstMin, s.FirstMax, s.LastMin, s.LastMax, s.Empty)
+		}
 	default:
 		fmt.Fprintf(w, "Echoed %d messages in %.2fs (+%d in flight at the end), every one verified\n", r.Messages, r.Seconds, r.Drained)
 		fmt.Fprintf(w, "Rate %.0f msg/s, %.2f MB/s (payload, one way)\n", r.MsgPerSec, r.MBPerSec)

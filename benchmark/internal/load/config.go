@@ -26,7 +26,9 @@ type Config struct {
 	Rate float64
 	// Duration of the measured phase, after every connection is up (default 10s).
 	Duration time.Duration
-	// Count, when > 0, stops each connection after that many messages.
+	// Count, when > 0, stops each connection after that many messages. With RecvOnly, the run
+	// ends once every connection has received that many, and fails if one has not within
+	// Duration.
 	Count int64
 
 	// Message is a fixed payload (-m, -f); when nil, Size random bytes are sent instead, with
@@ -39,6 +41,11 @@ type Config struct {
 
 	// RecvOnly connects and counts what the server sends, sending nothing.
 	RecvOnly bool
+	// Seq (with RecvOnly) reads a sequence number from the start of every message's payload
+	// (its leading decimal digits) and fails the run unless each connection's numbers follow
+	// one another by one: a message lost, repeated or out of order ends the run with an error.
+	// The result reports the first and last number each connection saw.
+	Seq bool
 	// Idle connects, completes the handshakes, holds the connections for Duration and reports
 	// the server's memory, sending nothing; with Count > 0, each connection first sends Count
 	// messages and gets their echoes, and the hold starts after the last echo.
@@ -110,6 +117,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.RecvOnly && c.Idle {
 		return errors.New("-recv-only and -idle exclude each other")
+	}
+	if c.Seq && !c.RecvOnly {
+		return errors.New("-seq needs -recv-only")
+	}
+	if c.RecvOnly && c.Count > 0 && c.Duration <= 0 {
+		return errors.New("-recv-only with -n needs -T: how long to wait for the messages")
 	}
 	if c.Idle && c.Duration <= 0 {
 		return errors.New("-idle needs a duration (-T)")
