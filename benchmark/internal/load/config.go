@@ -50,6 +50,16 @@ type Config struct {
 	// the server's memory, sending nothing; with Count > 0, each connection first sends Count
 	// messages and gets their echoes, and the hold starts after the last echo.
 	Idle bool
+	// PingAtEnd (with Idle) ends the hold with a ping on every connection: each sends one, its
+	// connection number as the payload, and waits for the pong that echoes it. A connection the
+	// server closed, or whose pong has not come within PingTimeout, fails the run; the result
+	// counts the pongs.
+	PingAtEnd bool
+	// PingTimeout bounds the wait for all the pongs together (default 30s).
+	PingTimeout time.Duration
+	// EndHold, when set, ends the idle hold early when it receives or is closed (gustload: on
+	// SIGUSR1), so that a driver running several gustloads ends every hold at the same moment.
+	EndHold <-chan struct{}
 	// Deflate offers permessage-deflate (RFC 7692) with context takeover both ways, compresses
 	// every message sent and inflates every compressed echo before verifying it. A server that
 	// declines fails the run.
@@ -126,6 +136,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Idle && c.Duration <= 0 {
 		return errors.New("-idle needs a duration (-T)")
+	}
+	if c.PingAtEnd && !c.Idle {
+		return errors.New("-ping-at-end needs -idle")
+	}
+	if c.PingTimeout <= 0 {
+		c.PingTimeout = 30 * time.Second
 	}
 	if c.DeflateNoContext {
 		c.Deflate = true

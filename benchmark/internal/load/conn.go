@@ -38,6 +38,7 @@ type wsConn struct {
 	times             []atomic.Int64 // send time of message s at s % Window (ns since runner start)
 
 	closing  atomic.Bool // we sent (or are about to send) a close frame
+	ponged   atomic.Bool // the pong answering pingAll's ping came (Config.PingAtEnd)
 	leftover []byte      // bytes read past the handshake response
 	done     chan struct{}
 
@@ -711,6 +712,7 @@ func (c *wsConn) control(op byte, p []byte) error {
 		}
 		return nil
 	case opPong:
+		c.gotPong(p)
 		return nil
 	case opClose:
 		if c.closing.Load() {

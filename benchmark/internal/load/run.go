@@ -78,6 +78,15 @@ type Result struct {
 	Deflate         string  `json:"deflate,omitempty"`
 	DeflateOutRatio float64 `json:"deflate_out_ratio,omitempty"`
 	DeflateInRatio  float64 `json:"deflate_in_ratio,omitempty"`
+
+	// With PingAtEnd: the pongs received (every connection's, or the run fails), the seconds
+	// from the first ping written to the last pong read, and the server's RSS, heap (after one
+	// GC) and goroutines half a second after the last pong.
+	PingsAnswered             int64   `json:"pings_answered,omitempty"`
+	PingSeconds               float64 `json:"ping_seconds,omitempty"`
+	ServerRSSAfterPingKB      int64   `json:"server_rss_after_ping_kb,omitempty"`
+	ServerHeapAfterPingKB     float64 `json:"server_heap_after_ping_kb,omitempty"`
+	ServerGoroutinesAfterPing int     `json:"server_goroutines_after_ping,omitempty"`
 }
 
 // SeqRange sums up the sequence numbers of a -seq run: every connection received consecutive
@@ -463,20 +472,29 @@ feed:
 	return nil
 }
 
-// holdIdle keeps the connections open for the duration, checks they are still open, and
-// reports the server's memory growth per connection.
+// holdIdle keeps the connections open for the duration (or until EndHold), reports the
+// server's memory growth per connection, and checks they are all still open: with PingAtEnd by
+// a ping on each, otherwise by a read that must time out.
 func (r *runner) holdIdle(ctx context.Context, res *Result, before *ServerStats) (*Result, error) {
 	cfg := r.cfg
 	hold := time.NewTimer(cfg.Duration)
 	defer hold.Stop()
+	began := time.Now()
 	select {
 	case <-hold.C:
+	case <-cfg.EndHold:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	res.Seconds = cfg.Duration.Seconds()
+	res.Seconds = time.Since(began).Seconds()
 	if err := r.measureIdle(res, before); err != nil {
 		return nil, err
+	}
+	if cfg.PingAtEnd { // the pings tell which connections are still open
+		if err := r.pingAtEnd(res, false); err != nil {
+			return nil, err
+		}
+		return res, nil
 	}
 	// Are they all still open? A read that times out means yes; EOF means the server hung up.
 	var closed atomic.Int64
@@ -543,19 +561,26 @@ func (r *runner) echoThenHold(ctx context.Context, res *Result, before *ServerSt
 	r.deflateRatios(res)
 	hold := time.NewTimer(cfg.Duration)
 	defer hold.Stop()
+	began := time.Now()
 	select {
 	case <-hold.C:
+	case <-cfg.EndHold:
 	case <-r.failed:
 		return nil, fmt.Errorf("during the hold: %w", r.error())
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	res.Seconds = cfg.Duration.Seconds()
+	res.Seconds = time.Since(began).Seconds()
 	if err := r.measureIdle(res, before); err != nil {
 		return nil, err
 	}
 	if err := r.error(); err != nil {
 		return nil, fmt.Errorf("during the hold: %w", err)
+	}
+	if cfg.PingAtEnd {
+		if err := r.pingAtEnd(res, true); err != nil {
+			return nil, err
+		}
 	}
 	return res, nil
 }
