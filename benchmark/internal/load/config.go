@@ -80,6 +80,9 @@ type Config struct {
 	DialConcurrency int
 	// ConnectRate limits new connections per second while ramping; 0 means no limit.
 	ConnectRate float64
+	// KeepAlive is the TCP keepalive period of the connections, as net.Dialer takes it: 0 is
+	// Go's default (15s), a negative value turns keepalive off.
+	KeepAlive time.Duration
 	// SourceAddrs is the number of loopback source addresses (127.0.0.2, .3, ...) to bind;
 	// 0 picks one per 20,000 connections when Conns > 20,000 and none otherwise.
 	SourceAddrs int

@@ -57,7 +57,7 @@ const wsGUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 // dial opens the TCP connection and runs the client handshake.
 func (r *runner) dial(ctx context.Context, id int, src net.IP) (*wsConn, error) {
-	d := net.Dialer{Timeout: r.cfg.ConnectTimeout}
+	d := net.Dialer{Timeout: r.cfg.ConnectTimeout, KeepAlive: r.cfg.KeepAlive}
 	if src != nil {
 		d.LocalAddr = &net.TCPAddr{IP: src}
 	}
