@@ -48,7 +48,12 @@ func startGust(addr string, compression gust.CompressionOptions) (Server, error)
 
 // startGustWith starts the gust echo server with opts, MaxMessageSize set.
 func startGustWith(addr string, opts gust.Options) (Server, error) {
-	ln, err := net.Listen("tcp", addr)
+	return startGustOn(net.ListenConfig{}, addr, opts) // as net.Listen does
+}
+
+// startGustOn is startGustWith with a listener made by lc.
+func startGustOn(lc net.ListenConfig, addr string, opts gust.Options) (Server, error) {
+	ln, err := lc.Listen(context.Background(), "tcp", addr)
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@
 //	gustload -c 200 -w 16 -p 2396 -T 20s --ws 127.0.0.1:9001/
 //	gustload -c 1 -w 256 -p 300 -T 10s -pid $(pgrep -n echoserver) 127.0.0.1:9001
 //	gustload -c 10000 -idle -T 5s -stats http://127.0.0.1:9101/debug/stats 127.0.0.1:9001
+//	gustload -c 19000 -idle -ping-at-end -T 10m 127.0.0.1:9001   # kill -USR1 ends the hold
 //
 // See benchmark/README.md for every flag and the scenarios.
 package main
@@ -23,6 +24,7 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gustws/gust/benchmark/internal/load"
@@ -62,23 +64,28 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cfg.Duration = 10 * time.Second
 	cfg.Timeout = 10 * time.Second
 	cfg.ConnectTimeout = 10 * time.Second
+	cfg.PingTimeout = 30 * time.Second
 	fs.IntVar(&cfg.Conns, "c", 1, "connections")
 	fs.IntVar(&cfg.Window, "w", 1, "messages in flight per connection")
 	fs.Float64Var(&cfg.Rate, "r", 0, "messages per second per connection (0: as fast as the window allows)")
 	fs.Var(duration{&cfg.Duration}, "T", "duration of the measured phase (\"20s\" or seconds)")
-	fs.Int64Var(&cfg.Count, "n", 0, "stop each connection after this many messages (0: no limit)")
+	fs.Int64Var(&cfg.Count, "n", 0, "stop each connection after this many messages (0: no limit); with -recv-only, end the run once every connection has received this many, and fail if one has not within -T")
 	msgText := fs.String("m", "", "message text to send (fixed payload)")
 	msgFile := fs.String("f", "", "file whose content is the message (fixed payload)")
 	fs.IntVar(&cfg.Size, "p", 0, "random payload of this many bytes, with a sequence number in it (default 300 without -m/-f)")
 	ws := fs.Bool("ws", true, "speak WebSocket (the only mode; kept for tcpkali familiarity)")
 	fs.BoolVar(&cfg.Binary, "binary", false, "send binary messages (default text)")
 	fs.BoolVar(&cfg.RecvOnly, "recv-only", false, "send nothing; count the messages the server sends")
+	fs.BoolVar(&cfg.Seq, "seq", false, "with -recv-only: every message's payload starts with a decimal sequence number; fail unless each connection's numbers follow one another")
 	fs.BoolVar(&cfg.Idle, "idle", false, "connect, hold the connections idle for -T, report the server's memory (with -n: after n echoes each)")
+	fs.BoolVar(&cfg.PingAtEnd, "ping-at-end", false, "with -idle: end the hold with a ping on every connection, and fail unless every one is answered")
+	fs.Var(duration{&cfg.PingTimeout}, "ping-timeout", "with -ping-at-end: bound on the wait for all the pongs")
 	fs.BoolVar(&cfg.Deflate, "deflate", false, "offer permessage-deflate with context takeover; compress every message, inflate the echoes")
 	fs.BoolVar(&cfg.DeflateNoContext, "deflate-no-context", false, "like -deflate, offering server_no_context_takeover and client_no_context_takeover")
 	fs.BoolVar(&cfg.AllowMasked, "allow-masked", false, "accept masked frames from the server (raw-copy, raw-buf echo ours as they are)")
 	fs.Var(duration{&cfg.Timeout}, "timeout", "how long an echo may take before the run fails")
 	fs.Var(duration{&cfg.ConnectTimeout}, "connect-timeout", "bound on each dial and handshake")
+	fs.Var(duration{&cfg.KeepAlive}, "tcp-keepalive", "TCP keepalive period of the connections (0: Go's default, 15s; negative: off)")
 	fs.IntVar(&cfg.DialConcurrency, "dial-concurrency", 64, "handshakes in progress at once while ramping up")
 	fs.Float64Var(&cfg.ConnectRate, "connect-rate", 0, "new connections per second while ramping up (0: no limit)")
 	fs.IntVar(&cfg.SourceAddrs, "src", 0, "loopback source addresses 127.0.0.2.. to spread connections over (0: one per 20k connections above 20k)")
@@ -151,6 +158,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	if cfg.Idle {
+		// SIGUSR1 ends the hold early: a driver running several gustloads ends them together.
+		usr1 := make(chan os.Signal, 1)
+		signal.Notify(usr1, syscall.SIGUSR1)
+		defer signal.Stop(usr1)
+		end := make(chan struct{})
+		go func() {
+			select {
+			case <-usr1:
+				close(end)
+			case <-ctx.Done():
+			}
+		}()
+		cfg.EndHold = end
+	}
 	res, err := load.Run(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "gustload: FAIL:", err)
@@ -206,9 +228,23 @@ func summary(w io.Writer, r *load.Result) {
 				r.ServerHeapBeforeKB, r.ServerHeapAfterKB, r.HeapPerConnKB, r.HeapSettledPerConnKB, r.HeapLivePerConnKB,
 				r.ServerGoroutinesPre, r.ServerGoroutines, r.GoroutinesPerConn)
 		}
+		if r.PingsAnswered > 0 {
+			fmt.Fprintf(w, "Pinged every connection: %d pongs in %.2fs", r.PingsAnswered, r.PingSeconds)
+			if r.ServerRSSAfterPingKB > 0 {
+				fmt.Fprintf(w, "; then server RSS %d KiB", r.ServerRSSAfterPingKB)
+			}
+			if r.ServerHeapAfterPingKB > 0 {
+				fmt.Fprintf(w, ", heap in use %.0f KiB, %d goroutines", r.ServerHeapAfterPingKB, r.ServerGoroutinesAfterPing)
+			}
+			fmt.Fprintln(w)
+		}
 		return
 	case "recv-only":
 		fmt.Fprintf(w, "Received %d messages in %.2fs: %.0f msg/s, %.2f MB/s\n", r.Messages, r.Seconds, r.MsgPerSec, r.MBPerSec)
+		if s := r.Seq; s != nil {
+			fmt.Fprintf(w, "Sequence numbers consecutive on every connection: first %d..%d, last %d..%d; %d connections received none\n",
+				s.FirstMin, s.FirstMax, s.LastMin, s.LastMax, s.Empty)
+		}
 	default:
 		fmt.Fprintf(w, "Echoed %d messages in %.2fs (+%d in flight at the end), every one verified\n", r.Messages, r.Seconds, r.Drained)
 		fmt.Fprintf(w, "Rate %.0f msg/s, %.2f MB/s (payload, one way)\n", r.MsgPerSec, r.MBPerSec)

@@ -26,7 +26,9 @@ type Config struct {
 	Rate float64
 	// Duration of the measured phase, after every connection is up (default 10s).
 	Duration time.Duration
-	// Count, when > 0, stops each connection after that many messages.
+	// Count, when > 0, stops each connection after that many messages. With RecvOnly, the run
+	// ends once every connection has received that many, and fails if one has not within
+	// Duration.
 	Count int64
 
 	// Message is a fixed payload (-m, -f); when nil, Size random bytes are sent instead, with
@@ -39,10 +41,25 @@ type Config struct {
 
 	// RecvOnly connects and counts what the server sends, sending nothing.
 	RecvOnly bool
+	// Seq (with RecvOnly) reads a sequence number from the start of every message's payload
+	// (its leading decimal digits) and fails the run unless each connection's numbers follow
+	// one another by one: a message lost, repeated or out of order ends the run with an error.
+	// The result reports the first and last number each connection saw.
+	Seq bool
 	// Idle connects, completes the handshakes, holds the connections for Duration and reports
 	// the server's memory, sending nothing; with Count > 0, each connection first sends Count
 	// messages and gets their echoes, and the hold starts after the last echo.
 	Idle bool
+	// PingAtEnd (with Idle) ends the hold with a ping on every connection: each sends one, its
+	// connection number as the payload, and waits for the pong that echoes it. A connection the
+	// server closed, or whose pong has not come within PingTimeout, fails the run; the result
+	// counts the pongs.
+	PingAtEnd bool
+	// PingTimeout bounds the wait for all the pongs together (default 30s).
+	PingTimeout time.Duration
+	// EndHold, when set, ends the idle hold early when it receives or is closed (gustload: on
+	// SIGUSR1), so that a driver running several gustloads ends every hold at the same moment.
+	EndHold <-chan struct{}
 	// Deflate offers permessage-deflate (RFC 7692) with context takeover both ways, compresses
 	// every message sent and inflates every compressed echo before verifying it. A server that
 	// declines fails the run.
@@ -63,6 +80,9 @@ type Config struct {
 	DialConcurrency int
 	// ConnectRate limits new connections per second while ramping; 0 means no limit.
 	ConnectRate float64
+	// KeepAlive is the TCP keepalive period of the connections, as net.Dialer takes it: 0 is
+	// Go's default (15s), a negative value turns keepalive off.
+	KeepAlive time.Duration
 	// SourceAddrs is the number of loopback source addresses (127.0.0.2, .3, ...) to bind;
 	// 0 picks one per 20,000 connections when Conns > 20,000 and none otherwise.
 	SourceAddrs int
@@ -111,8 +131,20 @@ func (c *Config) setDefaults() error {
 	if c.RecvOnly && c.Idle {
 		return errors.New("-recv-only and -idle exclude each other")
 	}
+	if c.Seq && !c.RecvOnly {
+		return errors.New("-seq needs -recv-only")
+	}
+	if c.RecvOnly && c.Count > 0 && c.Duration <= 0 {
+		return errors.New("-recv-only with -n needs -T: how long to wait for the messages")
+	}
 	if c.Idle && c.Duration <= 0 {
 		return errors.New("-idle needs a duration (-T)")
+	}
+	if c.PingAtEnd && !c.Idle {
+		return errors.New("-ping-at-end needs -idle")
+	}
+	if c.PingTimeout <= 0 {
+		c.PingTimeout = 30 * time.Second
 	}
 	if c.DeflateNoContext {
 		c.Deflate = true

@@ -28,13 +28,17 @@ type wsConn struct {
 
 	wmu sync.Mutex // the writer, pongs and the close frame share the socket
 
-	sent    atomic.Int64 // messages written
-	acked   atomic.Int64 // echoes received and verified (or messages received, in recv-only)
-	rxBytes atomic.Int64 // payload bytes of the messages counted in acked
-	wake    chan struct{}
-	times   []atomic.Int64 // send time of message s at s % Window (ns since runner start)
+	sent  atomic.Int64 // messages written
+	acked atomic.Int64 // echoes received and verified (or messages received, in recv-only)
+	// With Config.Seq: the sequence numbers of the first and the last message received, -1
+	// before the first.
+	seqFirst, seqLast atomic.Int64
+	rxBytes           atomic.Int64 // payload bytes of the messages counted in acked
+	wake              chan struct{}
+	times             []atomic.Int64 // send time of message s at s % Window (ns since runner start)
 
 	closing  atomic.Bool // we sent (or are about to send) a close frame
+	ponged   atomic.Bool // the pong answering pingAll's ping came (Config.PingAtEnd)
 	leftover []byte      // bytes read past the handshake response
 	done     chan struct{}
 
@@ -53,15 +57,18 @@ const wsGUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 // dial opens the TCP connection and runs the client handshake.
 func (r *runner) dial(ctx context.Context, id int, src net.IP) (*wsConn, error) {
-	d := net.Dialer{Timeout: r.cfg.ConnectTimeout}
+	d := net.Dialer{Timeout: r.cfg.ConnectTimeout, KeepAlive: r.cfg.KeepAlive}
 	if src != nil {
 		d.LocalAddr = &net.TCPAddr{IP: src}
+		d.Control = bindNoPort
 	}
 	nc, err := d.DialContext(ctx, "tcp", r.target.host)
 	if err != nil {
 		return nil, err
 	}
 	c := &wsConn{id: id, r: r, nc: nc, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	c.seqFirst.Store(-1)
+	c.seqLast.Store(-1)
 	r.rndMu.Lock()
 	var raw [16]byte
 	for i := range raw {
@@ -351,6 +358,56 @@ type readState struct {
 	compressed bool   // the current message has RSV1: its payload collects in comp
 	comp       []byte // compressed payload of the current message
 	wire       int64  // payload bytes of the current message on the wire
+
+	// With Config.Seq: the sequence number at the start of the current message's payload.
+	seqVal    uint64
+	seqDigits int  // digits read so far; seqMaxDigits+1 when there were too many
+	seqEnd    bool // a byte that is not a digit was seen: seqVal is complete
+}
+
+const seqMaxDigits = 18 // fits an int64
+
+// feedSeq reads the leading digits of a message's payload from p, the next bytes of it.
+func (st *readState) feedSeq(p []byte) {
+	for _, b := range p {
+		if st.seqEnd {
+			return
+		}
+		if b < '0' || b > '9' {
+			st.seqEnd = true
+			return
+		}
+		if st.seqDigits == seqMaxDigits {
+			st.seqDigits, st.seqEnd = seqMaxDigits+1, true
+			return
+		}
+		st.seqVal = st.seqVal*10 + uint64(b-'0')
+		st.seqDigits++
+	}
+}
+
+// checkSeq checks the sequence number of message n, just completed, against the connection's
+// last one, and records it.
+func (c *wsConn) checkSeq(st *readState, n int64) error {
+	switch {
+	case st.seqDigits == 0:
+		return perr("message %d: no sequence number at the start of its payload", n)
+	case st.seqDigits > seqMaxDigits:
+		return perr("message %d: sequence number of more than %d digits", n, seqMaxDigits)
+	}
+	s := int64(st.seqVal)
+	if last := c.seqLast.Load(); last >= 0 && s != last+1 {
+		what := "lost"
+		if s <= last {
+			what = "repeated or out of order"
+		}
+		return perr("message %d: sequence number %d after %d (%s)", n, s, last, what)
+	}
+	if c.seqFirst.Load() < 0 {
+		c.seqFirst.Store(s)
+	}
+	c.seqLast.Store(s)
+	return nil
 }
 
 // protoError is a frame the client must not accept.
@@ -392,6 +449,9 @@ func (c *wsConn) readLoop() {
 				rx += bytesGot
 				c.rxBytes.Store(rx)
 				c.acked.Store(next)
+				if n := r.cfg.Count; r.cfg.RecvOnly && n > 0 && next >= n && next-got < n {
+					r.received()
+				}
 				select {
 				case c.wake <- struct{}{}:
 					// Let the writer refill the window now rather than when this reader
@@ -518,6 +578,7 @@ func (c *wsConn) process(b []byte, st *readState, next int64, now int64) (used i
 					return i, got, bytesGot, perr("message %d: echo has opcode %#x, sent %#x", next+got, op, m.op)
 				}
 				st.inMsg, st.msgOp, st.msgOff, st.compressed, st.wire = true, op, 0, compressed, 0
+				st.seqVal, st.seqDigits, st.seqEnd = 0, 0, false
 				if verify {
 					m.putSeq(st.seq[:], uint64(next+got))
 				}
@@ -546,6 +607,9 @@ func (c *wsConn) process(b []byte, st *readState, next int64, now int64) (used i
 		if st.compressed {
 			st.comp = append(st.comp, chunk...)
 		} else {
+			if r.cfg.Seq && !st.seqEnd {
+				st.feedSeq(chunk)
+			}
 			if verify {
 				if at := m.mismatch(st.seq[:], st.msgOff, chunk); at >= 0 {
 					return i, got, bytesGot, perr("message %d: echo differs from what was sent at byte %d", next+got, at)
@@ -569,6 +633,11 @@ func (c *wsConn) process(b []byte, st *readState, next int64, now int64) (used i
 			}
 		}
 		c.rxWire.Add(st.wire)
+		if r.cfg.Seq {
+			if err := c.checkSeq(st, next+got); err != nil {
+				return i, got, bytesGot, err
+			}
+		}
 		if verify {
 			if st.msgOff != len(m.data) {
 				return i, got, bytesGot, perr("message %d: echo has %d bytes, sent %d", next+got, st.msgOff, len(m.data))
@@ -603,6 +672,9 @@ func (c *wsConn) inflateEcho(st *readState, s int64, verify bool) error {
 		limit = int64(len(m.data))
 	}
 	_, err := c.infl.inflate(st.comp, limit, func(out []byte) error {
+		if c.r.cfg.Seq && !st.seqEnd {
+			st.feedSeq(out)
+		}
 		if verify {
 			if st.msgOff+len(out) > len(m.data) {
 				return perr("message %d: inflated echo is longer than the %d bytes sent", s, len(m.data))
@@ -641,6 +713,7 @@ func (c *wsConn) control(op byte, p []byte) error {
 		}
 		return nil
 	case opPong:
+		c.gotPong(p)
 		return nil
 	case opClose:
 		if c.closing.Load() {

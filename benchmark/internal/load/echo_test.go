@@ -29,6 +29,8 @@ type testServer struct {
 	MaskedEcho  bool // echo the client's frames with their mask, as raw-copy does
 	BadAccept   bool // answer the handshake with a wrong Sec-WebSocket-Accept
 	Push        int  // after the handshake, send this many 100-byte text messages and wait
+	PushSeq     bool // start each pushed message with its number, 1 to Push, written in two pieces
+	PushSkip    int  // with PushSeq, leave out the message with this number
 	PingFirst   bool // send a ping before echoing, expect the client to answer
 	ServerClose bool // send a close frame after echoing CloseAfter messages instead of a bare close
 	HangUp      bool // close the connection right after the handshake
@@ -137,10 +139,20 @@ func (s *testServer) serve(c net.Conn) error {
 	if s.Push > 0 {
 		msg := []byte(strings.Repeat("p", 100))
 		for i := 0; i < s.Push; i++ {
+			if s.PushSeq && i+1 == s.PushSkip {
+				continue
+			}
+			if s.PushSeq {
+				copy(msg, fmt.Sprintf("%d ", i+1))
+			}
 			if _, err := c.Write(appendHeader(nil, opText, len(msg), false, [4]byte{})); err != nil {
 				return err
 			}
-			if _, err := c.Write(msg); err != nil {
+			// The number in two pieces: the reader must resume it.
+			if _, err := c.Write(msg[:1]); err != nil {
+				return err
+			}
+			if _, err := c.Write(msg[1:]); err != nil {
 				return err
 			}
 		}

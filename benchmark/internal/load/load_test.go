@@ -184,6 +184,41 @@ func TestRecvOnlyCounts(t *testing.T) {
 	}
 }
 
+func TestRecvOnlySeqCount(t *testing.T) {
+	srv := testServer{Push: 50, PushSeq: true}
+	res, err := run(t, Config{Target: srv.start(t), Conns: 4, RecvOnly: true, Seq: true, Count: 50, Duration: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.Early + res.Messages; got != 200 {
+		t.Fatalf("received %d+%d, want 200", res.Early, res.Messages)
+	}
+	if s := res.Seq; s == nil || *s != (SeqRange{FirstMin: 1, FirstMax: 1, LastMin: 50, LastMax: 50}) {
+		t.Fatalf("sequence range %+v", s)
+	}
+	if res.Seconds > 4 {
+		t.Fatalf("the run took %.1fs: it should end once every connection has its 50 messages", res.Seconds)
+	}
+}
+
+func TestRecvOnlySeqLost(t *testing.T) {
+	srv := testServer{Push: 20, PushSeq: true, PushSkip: 7}
+	_, err := run(t, Config{Target: srv.start(t), Conns: 2, RecvOnly: true, Seq: true, Duration: time.Second})
+	mustFail(t, err, "sequence number 8 after 6 (lost)")
+}
+
+func TestRecvOnlySeqMissing(t *testing.T) {
+	srv := testServer{Push: 5}
+	_, err := run(t, Config{Target: srv.start(t), Conns: 1, RecvOnly: true, Seq: true, Duration: time.Second})
+	mustFail(t, err, "no sequence number")
+}
+
+func TestRecvOnlyCountShort(t *testing.T) {
+	srv := testServer{Push: 10, PushSeq: true}
+	_, err := run(t, Config{Target: srv.start(t), Conns: 3, RecvOnly: true, Seq: true, Count: 11, Duration: 300 * time.Millisecond})
+	mustFail(t, err, "3 of 3 connections received fewer than 11 messages")
+}
+
 func TestIdleHoldsConnections(t *testing.T) {
 	srv := testServer{}
 	res, err := run(t, Config{Target: srv.start(t), Conns: 200, Idle: true, Duration: 200 * time.Millisecond})

@@ -70,11 +70,36 @@ type Result struct {
 	HeapLivePerConnKB    float64 `json:"heap_live_per_conn_kb,omitempty"` // HeapAlloc after the second GC: live bytes, no span slack
 	GoroutinesPerConn    float64 `json:"goroutines_per_conn,omitempty"`
 
+	// With Seq: the range of the sequence numbers the connections saw.
+	Seq *SeqRange `json:"seq,omitempty"`
+
 	// With Deflate: the server's Sec-WebSocket-Extensions (first connection), and payload bytes
 	// on the wire over payload bytes before compression, each way, over the whole run.
 	Deflate         string  `json:"deflate,omitempty"`
 	DeflateOutRatio float64 `json:"deflate_out_ratio,omitempty"`
 	DeflateInRatio  float64 `json:"deflate_in_ratio,omitempty"`
+
+	// With PingAtEnd: the pongs received (every connection's, or the run fails), the seconds
+	// from the first ping written to the last pong read, and the server's RSS, heap (after one
+	// GC) and goroutines half a second after the last pong.
+	PingsAnswered             int64   `json:"pings_answered,omitempty"`
+	PingSeconds               float64 `json:"ping_seconds,omitempty"`
+	ServerRSSAfterPingKB      int64   `json:"server_rss_after_ping_kb,omitempty"`
+	ServerHeapAfterPingKB     float64 `json:"server_heap_after_ping_kb,omitempty"`
+	ServerGoroutinesAfterPing int     `json:"server_goroutines_after_ping,omitempty"`
+}
+
+// SeqRange sums up the sequence numbers of a -seq run: every connection received consecutive
+// numbers, from its first to its last; the lowest and highest of those over the connections.
+// A run whose connections all got the same messages has FirstMin == FirstMax and LastMin ==
+// LastMax.
+type SeqRange struct {
+	FirstMin int64 `json:"first_min"`
+	FirstMax int64 `json:"first_max"`
+	LastMin  int64 `json:"last_min"`
+	LastMax  int64 `json:"last_max"`
+	// Empty counts the connections that received no message (left out of the four above).
+	Empty int `json:"empty"`
 }
 
 type runner struct {
@@ -98,6 +123,18 @@ type runner struct {
 
 	connsMu sync.Mutex
 	conns   []*wsConn
+
+	// -recv-only with a count: the connections that have received it, and a channel closed
+	// when they all have.
+	complete    atomic.Int64
+	allReceived chan struct{}
+}
+
+// received is called once by each connection's reader when it has received Count messages.
+func (r *runner) received() {
+	if r.complete.Add(1) == int64(len(r.conns)) {
+		close(r.allReceived)
+	}
 }
 
 func (r *runner) now() int64 { return int64(time.Since(r.base)) }
@@ -160,6 +197,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	r := &runner{
 		cfg: cfg, target: t, rnd: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		base: time.Now(), stop: make(chan struct{}), failed: make(chan struct{}),
+		allReceived: make(chan struct{}),
 	}
 	r.msg, err = newMessage(cfg.Message, cfg.Size, cfg.Binary, r.rnd)
 	if err != nil {
@@ -248,7 +286,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	close(start)
 
 	var writersDone chan struct{} // nil: only the clock ends the phase
-	if !cfg.RecvOnly && cfg.Count > 0 {
+	switch {
+	case cfg.RecvOnly && cfg.Count > 0:
+		writersDone = r.allReceived
+	case cfg.Count > 0:
 		done := make(chan struct{})
 		go func() { writers.Wait(); close(done) }()
 		writersDone = done
@@ -302,6 +343,10 @@ phase:
 		return nil, err
 	}
 
+	// -recv-only with a count: every connection must have received it in time.
+	if cfg.RecvOnly && cfg.Count > 0 && r.complete.Load() < int64(len(r.conns)) {
+		return nil, r.shortError(cfg.Count, elapsed)
+	}
 	// Drain: every message sent must come back.
 	if !cfg.RecvOnly && !r.waitEchoes(cfg.Timeout) {
 		if err := r.error(); err != nil {
@@ -335,6 +380,9 @@ phase:
 		res.ServerRSSAfterKB, _ = procRSS(cfg.ServerPID)
 	}
 	r.deflateRatios(res)
+	if cfg.Seq {
+		res.Seq = r.seqRange()
+	}
 	if statsStart != nil && statsEnd != nil {
 		if msgs > 0 {
 			res.ServerAllocsPerMsg = float64(statsEnd.Mallocs-statsStart.Mallocs) / float64(msgs)
@@ -424,20 +472,29 @@ feed:
 	return nil
 }
 
-// holdIdle keeps the connections open for the duration, checks they are still open, and
-// reports the server's memory growth per connection.
+// holdIdle keeps the connections open for the duration (or until EndHold), reports the
+// server's memory growth per connection, and checks they are all still open: with PingAtEnd by
+// a ping on each, otherwise by a read that must time out.
 func (r *runner) holdIdle(ctx context.Context, res *Result, before *ServerStats) (*Result, error) {
 	cfg := r.cfg
 	hold := time.NewTimer(cfg.Duration)
 	defer hold.Stop()
+	began := time.Now()
 	select {
 	case <-hold.C:
+	case <-cfg.EndHold:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	res.Seconds = cfg.Duration.Seconds()
+	res.Seconds = time.Since(began).Seconds()
 	if err := r.measureIdle(res, before); err != nil {
 		return nil, err
+	}
+	if cfg.PingAtEnd { // the pings tell which connections are still open
+		if err := r.pingAtEnd(res, false); err != nil {
+			return nil, err
+		}
+		return res, nil
 	}
 	// Are they all still open? A read that times out means yes; EOF means the server hung up.
 	var closed atomic.Int64
@@ -504,19 +561,26 @@ func (r *runner) echoThenHold(ctx context.Context, res *Result, before *ServerSt
 	r.deflateRatios(res)
 	hold := time.NewTimer(cfg.Duration)
 	defer hold.Stop()
+	began := time.Now()
 	select {
 	case <-hold.C:
+	case <-cfg.EndHold:
 	case <-r.failed:
 		return nil, fmt.Errorf("during the hold: %w", r.error())
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	res.Seconds = cfg.Duration.Seconds()
+	res.Seconds = time.Since(began).Seconds()
 	if err := r.measureIdle(res, before); err != nil {
 		return nil, err
 	}
 	if err := r.error(); err != nil {
 		return nil, fmt.Errorf("during the hold: %w", err)
+	}
+	if cfg.PingAtEnd {
+		if err := r.pingAtEnd(res, true); err != nil {
+			return nil, err
+		}
 	}
 	return res, nil
 }
@@ -605,6 +669,44 @@ func (r *runner) waitEchoes(timeout time.Duration) bool {
 		time.Sleep(5 * time.Millisecond)
 	}
 	return false
+}
+
+// shortError describes the connections that did not receive count messages within the phase.
+func (r *runner) shortError(count int64, elapsed time.Duration) error {
+	var conns, missing int64
+	first, firstGot := -1, int64(0)
+	for _, c := range r.conns {
+		if got := c.acked.Load(); got < count {
+			conns++
+			missing += count - got
+			if first < 0 {
+				first, firstGot = c.id, got
+			}
+		}
+	}
+	return fmt.Errorf("%d of %d connections received fewer than %d messages within %.1fs, %d messages missing in all (first: connection %d, %d messages)",
+		conns, len(r.conns), count, elapsed.Seconds(), missing, first, firstGot)
+}
+
+// seqRange sums up the sequence numbers the connections saw (Config.Seq).
+func (r *runner) seqRange() *SeqRange {
+	var s SeqRange
+	seen := false
+	for _, c := range r.conns {
+		f, l := c.seqFirst.Load(), c.seqLast.Load()
+		if f < 0 {
+			s.Empty++
+			continue
+		}
+		if !seen {
+			s = SeqRange{FirstMin: f, FirstMax: f, LastMin: l, LastMax: l, Empty: s.Empty}
+			seen = true
+			continue
+		}
+		s.FirstMin, s.FirstMax = min(s.FirstMin, f), max(s.FirstMax, f)
+		s.LastMin, s.LastMax = min(s.LastMin, l), max(s.LastMax, l)
+	}
+	return &s
 }
 
 func (r *runner) missingError(timeout time.Duration) error {
