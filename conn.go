@@ -141,7 +141,10 @@ func (c *Conn) serve(open bool) {
 		switch err {
 		case errPark:
 			if c.park() {
-				continue // bytes came meanwhile: serve on
+				// Bytes came meanwhile, the socket was closed or the read
+				// deadline passed: serve on, with a read that finds out.
+				c.rd.drained = false
+				continue
 			}
 			return
 		case errHandoff:
@@ -204,6 +207,12 @@ func (c *Conn) run(open bool) (err error) {
 // peer's answer, unread, must not reset the connection before the close
 // frame is read (failAndLinger).
 func (c *Conn) end(err error) {
+	// An end found on an event loop leaves its dispatch's writes unable to
+	// wait; the close frame below, and what the backlog holds before it,
+	// may wait now (end runs on a goroutine of its own then).
+	c.wr.mu.Lock()
+	c.wr.noWait = false
+	c.wr.mu.Unlock()
 	var pe *ProtocolError
 	var pa *PanicError
 	switch {

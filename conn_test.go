@@ -86,35 +86,40 @@ func TestPanicInCallbackClosesWith1011(t *testing.T) {
 	})
 }
 
+// Options.Parallel bounds the handlers in flight; in netpoll mode the
+// event loop hands the connection to a goroutine rather than wait for a
+// handler to end.
 func TestParallelHandlesConcurrently(t *testing.T) {
 	t.Parallel()
-	h := newRecorder()
-	var inflight, peak atomic.Int32
-	release := make(chan struct{})
-	h.message = func(c *Conn, m *Message) {
-		n := inflight.Add(1)
-		for {
-			p := peak.Load()
-			if n <= p || peak.CompareAndSwap(p, n) {
-				break
+	forEachTCPMode(t, func(t *testing.T, m serverMode) {
+		h := newRecorder()
+		var inflight, peak atomic.Int32
+		release := make(chan struct{})
+		h.message = func(c *Conn, m *Message) {
+			n := inflight.Add(1)
+			for {
+				p := peak.Load()
+				if n <= p || peak.CompareAndSwap(p, n) {
+					break
+				}
 			}
+			<-release
+			inflight.Add(-1)
+			c.WriteMessage(m.Opcode, m.Data)
+			m.Close()
 		}
-		<-release
-		inflight.Add(-1)
-		c.WriteMessage(m.Opcode, m.Data)
-		m.Close()
-	}
-	c := dialRaw(t, startServer(t, h, &Options{Parallel: 3}), nil)
-	for i := 0; i < 6; i++ {
-		c.send(frame(0x81, []byte("m")))
-	}
-	require.Eventually(t, func() bool { return peak.Load() == 3 }, 5*time.Second, time.Millisecond)
-	time.Sleep(50 * time.Millisecond)
-	require.Equal(t, int32(3), peak.Load(), "Options.Parallel bounds the handlers in flight")
-	close(release)
-	for i := 0; i < 6; i++ {
-		c.expectMessage(OpText, []byte("m"))
-	}
+		c := dialRaw(t, m.start(t, h, &Options{Parallel: 3}), nil)
+		for i := 0; i < 6; i++ {
+			c.send(frame(0x81, []byte("m")))
+		}
+		require.Eventually(t, func() bool { return peak.Load() == 3 }, 5*time.Second, time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
+		require.Equal(t, int32(3), peak.Load(), "Options.Parallel bounds the handlers in flight")
+		close(release)
+		for i := 0; i < 6; i++ {
+			c.expectMessage(OpText, []byte("m"))
+		}
+	})
 }
 
 func TestClientSideConnMasksWritesAndReadsUnmaskedFrames(t *testing.T) {
@@ -294,9 +299,13 @@ func (h *panicOnClose) OnClose(c *Conn, err error) {
 // after a panic as after a protocol error.
 func TestPanicCloseSurvivesUnreadBytes(t *testing.T) {
 	t.Parallel()
+	forEachTCPMode(t, func(t *testing.T, m serverMode) { panicCloseSurvivesUnreadBytes(t, m) })
+}
+
+func panicCloseSurvivesUnreadBytes(t *testing.T, m serverMode) {
 	h := newRecorder()
 	h.message = func(c *Conn, m *Message) { panic("boom") }
-	addr := startServer(t, h, &Options{Logger: newLogger(io.Discard)})
+	addr := m.start(t, h, &Options{Logger: newLogger(io.Discard)})
 	for range 5 {
 		c := dialRaw(t, addr, nil)
 		burst := frame(0x81, []byte("x"))

@@ -5,6 +5,7 @@ package gust
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"io"
 	"net"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -309,4 +311,106 @@ func TestNetpollClient(t *testing.T) {
 	var ce *CloseError
 	require.ErrorAs(t, h.waitClose(t), &ce)
 	require.Equal(t, StatusNormalClosure, ce.Code)
+}
+
+// A peer that keeps sending holds up no other connection of its event
+// loop (the loop moves on once a read drains the socket, and after
+// loopReadBudget reads at most): the others are answered meanwhile, and the
+// flood is echoed whole.
+func TestNetpollFloodingPeerHoldsUpNoOther(t *testing.T) {
+	for _, m := range serverModes {
+		if !strings.HasSuffix(m.name, "-netpoll") {
+			continue
+		}
+		t.Run(m.name, func(t *testing.T) {
+			addr := m.start(t, newEcho(), nil)
+			flood := dialRaw(t, addr, nil)
+			others := make([]*rawClient, 8)
+			for i := range others {
+				others[i] = dialRaw(t, addr, nil)
+			}
+			msg := bytes.Repeat([]byte("f"), 1000)
+			var batch []byte
+			for range 64 {
+				batch = append(batch, frame(0x82, msg)...)
+			}
+			stop := make(chan struct{})
+			sent := make(chan int, 1)
+			go func() { // sends without pause until stopped
+				n := 0
+				for {
+					select {
+					case <-stop:
+						sent <- n
+						return
+					default:
+					}
+					if _, err := flood.nc.Write(batch); err != nil {
+						sent <- -1
+						return
+					}
+					n += 64
+				}
+			}()
+			var echoed atomic.Int64
+			go func() {
+				flood.nc.SetReadDeadline(time.Now().Add(60 * time.Second))
+				for {
+					if _, p, err := flood.readFrame(); err != nil || !bytes.Equal(p, msg) {
+						return
+					}
+					echoed.Add(1)
+				}
+			}()
+			time.Sleep(50 * time.Millisecond) // the flood is on
+			for round := range 10 {
+				for i, o := range others {
+					p := []byte{byte(round), byte(i)}
+					o.send(frame(0x82, p))
+					o.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+					o.expectMessage(OpBinary, p)
+				}
+			}
+			close(stop)
+			n := <-sent
+			require.Positive(t, n)
+			require.Eventually(t, func() bool { return echoed.Load() == int64(n) }, 20*time.Second, time.Millisecond,
+				"the flood was not echoed whole")
+		})
+	}
+}
+
+// A handler on an event loop that fills a peer's socket and then panics:
+// what it wrote waits in the backlog, and the 1011 goes out after it once
+// the peer reads, though the writes of the loop's dispatch could not wait.
+func TestNetpollPanicAfterAFullSocketStillSends1011(t *testing.T) {
+	for _, m := range serverModes {
+		if !strings.HasSuffix(m.name, "-netpoll") {
+			continue
+		}
+		t.Run(m.name, func(t *testing.T) {
+			const count, big = 160, 256 << 10 // 40 MiB: past what loopback's socket buffers hold
+			h := newRecorder()
+			h.message = func(c *Conn, msg *Message) {
+				for i := range count {
+					c.WriteMessage(OpBinary, bytes.Repeat([]byte{byte(i)}, big))
+				}
+				panic("boom")
+			}
+			addr := m.start(t, h, &Options{Logger: newLogger(io.Discard), WriteTimeout: 30 * time.Second})
+			c := dialRaw(t, addr, nil)
+			c.send(frame(0x81, []byte("go")))
+			time.Sleep(100 * time.Millisecond) // the socket fills
+			c.nc.SetReadDeadline(time.Now().Add(20 * time.Second))
+			for i := range count {
+				c.expectMessage(OpBinary, bytes.Repeat([]byte{byte(i)}, big))
+			}
+			b0, p, err := c.readFrame()
+			require.NoError(t, err, "the 1011 was lost")
+			require.Equal(t, byte(0x88), b0)
+			require.Equal(t, StatusInternalError, StatusCode(binary.BigEndian.Uint16(p)))
+			var pe *PanicError
+			require.ErrorAs(t, h.waitClose(t), &pe)
+		})
+	}
 }
