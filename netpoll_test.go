@@ -37,45 +37,65 @@ func goroutinesIn(fn string) int {
 	return n
 }
 
+// echoRounds has each client send a message and read its echo, rounds
+// times over, each echo within wait: the connections a test holds up
+// another one beside are still served.
+func echoRounds(t *testing.T, clients []*rawClient, rounds int, wait time.Duration) {
+	t.Helper()
+	for round := range rounds {
+		for i, c := range clients {
+			msg := []byte{byte(round), byte(i)}
+			c.send(frame(0x82, msg))
+			c.nc.SetReadDeadline(time.Now().Add(wait))
+			c.expectMessage(OpBinary, msg)
+		}
+	}
+}
+
+// forEachNetpollMode runs f over the server modes in netpoll mode (both
+// paths), for what is netpoll mode's own.
+func forEachNetpollMode(t *testing.T, f func(t *testing.T, m serverMode)) {
+	for _, m := range serverModes {
+		if strings.HasSuffix(m.name, "-netpoll") {
+			t.Run(m.name, func(t *testing.T) { f(t, m) })
+		}
+	}
+}
+
 // Idle connections in netpoll mode hold no goroutine of gust's (and so no
 // ReadLoop), yet every one of them still echoes, and the event loop ends
 // with the last connection.
 func TestNetpollIdleConnectionsHoldNoGoroutine(t *testing.T) {
-	for _, m := range serverModes {
-		if !strings.HasSuffix(m.name, "-netpoll") {
-			continue
+	forEachNetpollMode(t, func(t *testing.T, m serverMode) {
+		h := newEcho()
+		addr := m.start(t, h, nil)
+		const n = 50
+		clients := make([]*rawClient, n)
+		for i := range clients {
+			clients[i] = dialRaw(t, addr, nil)
+			h.waitOpen(t)
 		}
-		t.Run(m.name, func(t *testing.T) {
-			h := newEcho()
-			addr := m.start(t, h, nil)
-			const n = 50
-			clients := make([]*rawClient, n)
-			for i := range clients {
-				clients[i] = dialRaw(t, addr, nil)
-				h.waitOpen(t)
+		require.Eventually(t, func() bool { return goroutinesIn("gust.(*Conn).serve") == 0 },
+			5*time.Second, 10*time.Millisecond, "idle connections still have a read goroutine")
+		require.LessOrEqual(t, goroutinesIn("gust.(*poller).loop"), runtime.GOMAXPROCS(0), "an event loop per P at most")
+		for i, c := range clients {
+			c.send(frame(0x81, []byte("hello")))
+			c.expectMessage(OpText, []byte("hello"))
+			if i%2 == 0 { // and again, after parking once more
+				c.send(frame(0x82, []byte{byte(i)}))
+				c.expectMessage(OpBinary, []byte{byte(i)})
 			}
-			require.Eventually(t, func() bool { return goroutinesIn("gust.(*Conn).serve") == 0 },
-				5*time.Second, 10*time.Millisecond, "idle connections still have a read goroutine")
-			require.LessOrEqual(t, goroutinesIn("gust.(*poller).loop"), runtime.GOMAXPROCS(0), "an event loop per P at most")
-			for i, c := range clients {
-				c.send(frame(0x81, []byte("hello")))
-				c.expectMessage(OpText, []byte("hello"))
-				if i%2 == 0 { // and again, after parking once more
-					c.send(frame(0x82, []byte{byte(i)}))
-					c.expectMessage(OpBinary, []byte{byte(i)})
-				}
-			}
-			for _, c := range clients {
-				c.send(frame(0x88, closePayload(StatusNormalClosure, "")))
-				c.expectClose(StatusNormalClosure)
-				var ce *CloseError
-				require.ErrorAs(t, h.waitClose(t), &ce)
-				require.Equal(t, StatusNormalClosure, ce.Code)
-			}
-			require.Eventually(t, func() bool { return goroutinesIn("gust.(*poller).loop") == 0 },
-				5*time.Second, 10*time.Millisecond, "the event loop outlived its connections")
-		})
-	}
+		}
+		for _, c := range clients {
+			c.send(frame(0x88, closePayload(StatusNormalClosure, "")))
+			c.expectClose(StatusNormalClosure)
+			var ce *CloseError
+			require.ErrorAs(t, h.waitClose(t), &ce)
+			require.Equal(t, StatusNormalClosure, ce.Code)
+		}
+		require.Eventually(t, func() bool { return goroutinesIn("gust.(*poller).loop") == 0 },
+			5*time.Second, 10*time.Millisecond, "the event loop outlived its connections")
+	})
 }
 
 // In netpoll mode ReadLoop returns once the connection is idle; OnClose
@@ -169,33 +189,28 @@ func TestNetpollParkedConnectionsEnd(t *testing.T) {
 // resumes where it stopped, in the header, the masking key, the payload or
 // a control frame.
 func TestNetpollFrameInPiecesParksBetween(t *testing.T) {
-	for _, m := range serverModes {
-		if !strings.HasSuffix(m.name, "-netpoll") {
-			continue
+	forEachNetpollMode(t, func(t *testing.T, m serverMode) {
+		h := newEcho()
+		addr := m.start(t, h, nil)
+		c := dialRaw(t, addr, nil)
+		h.waitOpen(t)
+		payload := bytes.Repeat([]byte("piece by piece "), 20) // 300 bytes: a 16-bit length
+		stream := append(frame(0x89, []byte("ping")), frame(0x81, payload)...)
+		cuts := []int{1, 2, 3, 5, 6, 9, 10, 12, 13, 50, 200, len(stream) - 1}
+		prev := 0
+		for _, cut := range cuts {
+			c.send(stream[prev:cut])
+			prev = cut
+			require.Eventually(t, func() bool { return goroutinesIn("gust.(*Conn).serve") == 0 },
+				5*time.Second, time.Millisecond, "a goroutine waits for the rest of a frame (cut at %d)", cut)
 		}
-		t.Run(m.name, func(t *testing.T) {
-			h := newEcho()
-			addr := m.start(t, h, nil)
-			c := dialRaw(t, addr, nil)
-			h.waitOpen(t)
-			payload := bytes.Repeat([]byte("piece by piece "), 20) // 300 bytes: a 16-bit length
-			stream := append(frame(0x89, []byte("ping")), frame(0x81, payload)...)
-			cuts := []int{1, 2, 3, 5, 6, 9, 10, 12, 13, 50, 200, len(stream) - 1}
-			prev := 0
-			for _, cut := range cuts {
-				c.send(stream[prev:cut])
-				prev = cut
-				require.Eventually(t, func() bool { return goroutinesIn("gust.(*Conn).serve") == 0 },
-					5*time.Second, time.Millisecond, "a goroutine waits for the rest of a frame (cut at %d)", cut)
-			}
-			c.send(stream[prev:])
-			b0, p, err := c.readFrame()
-			require.NoError(t, err)
-			require.Equal(t, byte(0x8a), b0, "the pong")
-			require.Equal(t, []byte("ping"), p)
-			c.expectMessage(OpText, payload)
-		})
-	}
+		c.send(stream[prev:])
+		b0, p, err := c.readFrame()
+		require.NoError(t, err)
+		require.Equal(t, byte(0x8a), b0, "the pong")
+		require.Equal(t, []byte("ping"), p)
+		c.expectMessage(OpText, payload)
+	})
 }
 
 // A peer that stops reading while its handler writes fills its socket:
@@ -203,48 +218,36 @@ func TestNetpollFrameInPiecesParksBetween(t *testing.T) {
 // event loop goes on serving the other connections meanwhile. Once the
 // peer reads again, it gets every byte, in order.
 func TestNetpollPeerThatStopsReadingHoldsUpNoOther(t *testing.T) {
-	for _, m := range serverModes {
-		if !strings.HasSuffix(m.name, "-netpoll") {
-			continue
+	forEachNetpollMode(t, func(t *testing.T, m serverMode) {
+		const big = 256 << 10
+		const count = 160 // 40 MiB in all: past what loopback's socket buffers hold
+		h := newRecorder()
+		h.message = func(c *Conn, m *Message) {
+			if string(m.Data) == "flood" {
+				for i := range count {
+					c.WriteMessage(OpBinary, bytes.Repeat([]byte{byte(i)}, big))
+				}
+			} else {
+				c.WriteMessage(m.Opcode, m.Data)
+			}
+			m.Close()
 		}
-		t.Run(m.name, func(t *testing.T) {
-			const big = 256 << 10
-			const count = 160 // 40 MiB in all: past what loopback's socket buffers hold
-			h := newRecorder()
-			h.message = func(c *Conn, m *Message) {
-				if string(m.Data) == "flood" {
-					for i := range count {
-						c.WriteMessage(OpBinary, bytes.Repeat([]byte{byte(i)}, big))
-					}
-				} else {
-					c.WriteMessage(m.Opcode, m.Data)
-				}
-				m.Close()
-			}
-			addr := m.start(t, h, &Options{WriteTimeout: 30 * time.Second})
-			slow := dialRaw(t, addr, nil)
-			others := make([]*rawClient, 8)
-			for i := range others {
-				others[i] = dialRaw(t, addr, nil)
-			}
-			slow.send(frame(0x81, []byte("flood")))
-			time.Sleep(100 * time.Millisecond) // the flood fills the slow peer's socket
-			for round := range 20 {
-				for i, o := range others {
-					msg := []byte{byte(round), byte(i)}
-					o.send(frame(0x82, msg))
-					o.nc.SetReadDeadline(time.Now().Add(2 * time.Second))
-					o.expectMessage(OpBinary, msg)
-				}
-			}
-			slow.nc.SetReadDeadline(time.Now().Add(20 * time.Second))
-			for i := range count {
-				slow.expectMessage(OpBinary, bytes.Repeat([]byte{byte(i)}, big))
-			}
-			slow.send(frame(0x81, []byte("after")))
-			slow.expectMessage(OpText, []byte("after"))
-		})
-	}
+		addr := m.start(t, h, &Options{WriteTimeout: 30 * time.Second})
+		slow := dialRaw(t, addr, nil)
+		others := make([]*rawClient, 8)
+		for i := range others {
+			others[i] = dialRaw(t, addr, nil)
+		}
+		slow.send(frame(0x81, []byte("flood")))
+		time.Sleep(100 * time.Millisecond) // the flood fills the slow peer's socket
+		echoRounds(t, others, 20, 2*time.Second)
+		slow.nc.SetReadDeadline(time.Now().Add(20 * time.Second))
+		for i := range count {
+			slow.expectMessage(OpBinary, bytes.Repeat([]byte{byte(i)}, big))
+		}
+		slow.send(frame(0x81, []byte("after")))
+		slow.expectMessage(OpText, []byte("after"))
+	})
 }
 
 // A streamed message (Options.StreamThreshold) is read by its handler on a
@@ -318,99 +321,82 @@ func TestNetpollClient(t *testing.T) {
 // loopReadBudget reads at most): the others are answered meanwhile, and the
 // flood is echoed whole.
 func TestNetpollFloodingPeerHoldsUpNoOther(t *testing.T) {
-	for _, m := range serverModes {
-		if !strings.HasSuffix(m.name, "-netpoll") {
-			continue
+	forEachNetpollMode(t, func(t *testing.T, m serverMode) {
+		addr := m.start(t, newEcho(), nil)
+		flood := dialRaw(t, addr, nil)
+		others := make([]*rawClient, 8)
+		for i := range others {
+			others[i] = dialRaw(t, addr, nil)
 		}
-		t.Run(m.name, func(t *testing.T) {
-			addr := m.start(t, newEcho(), nil)
-			flood := dialRaw(t, addr, nil)
-			others := make([]*rawClient, 8)
-			for i := range others {
-				others[i] = dialRaw(t, addr, nil)
-			}
-			msg := bytes.Repeat([]byte("f"), 1000)
-			var batch []byte
-			for range 64 {
-				batch = append(batch, frame(0x82, msg)...)
-			}
-			stop := make(chan struct{})
-			sent := make(chan int, 1)
-			go func() { // sends without pause until stopped
-				n := 0
-				for {
-					select {
-					case <-stop:
-						sent <- n
-						return
-					default:
-					}
-					if _, err := flood.nc.Write(batch); err != nil {
-						sent <- -1
-						return
-					}
-					n += 64
+		msg := bytes.Repeat([]byte("f"), 1000)
+		var batch []byte
+		for range 64 {
+			batch = append(batch, frame(0x82, msg)...)
+		}
+		stop := make(chan struct{})
+		sent := make(chan int, 1)
+		go func() { // sends without pause until stopped
+			n := 0
+			for {
+				select {
+				case <-stop:
+					sent <- n
+					return
+				default:
 				}
-			}()
-			var echoed atomic.Int64
-			go func() {
-				flood.nc.SetReadDeadline(time.Now().Add(60 * time.Second))
-				for {
-					if _, p, err := flood.readFrame(); err != nil || !bytes.Equal(p, msg) {
-						return
-					}
-					echoed.Add(1)
+				if _, err := flood.nc.Write(batch); err != nil {
+					sent <- -1
+					return
 				}
-			}()
-			time.Sleep(50 * time.Millisecond) // the flood is on
-			for round := range 10 {
-				for i, o := range others {
-					p := []byte{byte(round), byte(i)}
-					o.send(frame(0x82, p))
-					o.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
-					o.expectMessage(OpBinary, p)
-				}
+				n += 64
 			}
-			close(stop)
-			n := <-sent
-			require.Positive(t, n)
-			require.Eventually(t, func() bool { return echoed.Load() == int64(n) }, 20*time.Second, time.Millisecond,
-				"the flood was not echoed whole")
-		})
-	}
+		}()
+		var echoed atomic.Int64
+		go func() {
+			flood.nc.SetReadDeadline(time.Now().Add(60 * time.Second))
+			for {
+				if _, p, err := flood.readFrame(); err != nil || !bytes.Equal(p, msg) {
+					return
+				}
+				echoed.Add(1)
+			}
+		}()
+		time.Sleep(50 * time.Millisecond) // the flood is on
+		echoRounds(t, others, 10, 5*time.Second)
+		close(stop)
+		n := <-sent
+		require.Positive(t, n)
+		require.Eventually(t, func() bool { return echoed.Load() == int64(n) }, 20*time.Second, time.Millisecond,
+			"the flood was not echoed whole")
+	})
 }
 
 // A handler on an event loop that fills a peer's socket and then panics:
 // what it wrote waits in the backlog, and the 1011 goes out after it once
 // the peer reads, though the writes of the loop's dispatch could not wait.
 func TestNetpollPanicAfterAFullSocketStillSends1011(t *testing.T) {
-	for _, m := range serverModes {
-		if !strings.HasSuffix(m.name, "-netpoll") {
-			continue
-		}
-		t.Run(m.name, func(t *testing.T) {
-			const count, big = 160, 256 << 10 // 40 MiB: past what loopback's socket buffers hold
-			h := newRecorder()
-			h.message = func(c *Conn, msg *Message) {
-				for i := range count {
-					c.WriteMessage(OpBinary, bytes.Repeat([]byte{byte(i)}, big))
-				}
-				panic("boom")
-			}
-			addr := m.start(t, h, &Options{Logger: newLogger(io.Discard), WriteTimeout: 30 * time.Second})
-			c := dialRaw(t, addr, nil)
-			c.send(frame(0x81, []byte("go")))
-			time.Sleep(100 * time.Millisecond) // the socket fills
-			c.nc.SetReadDeadline(time.Now().Add(20 * time.Second))
+	forEachNetpollMode(t, func(t *testing.T, m serverMode) {
+		const count, big = 160, 256 << 10 // 40 MiB: past what loopback's socket buffers hold
+		h := newRecorder()
+		h.message = func(c *Conn, msg *Message) {
 			for i := range count {
-				c.expectMessage(OpBinary, bytes.Repeat([]byte{byte(i)}, big))
+				c.WriteMessage(OpBinary, bytes.Repeat([]byte{byte(i)}, big))
 			}
-			b0, p, err := c.readFrame()
-			require.NoError(t, err, "the 1011 was lost")
-			require.Equal(t, byte(0x88), b0)
-			require.Equal(t, StatusInternalError, StatusCode(binary.BigEndian.Uint16(p)))
-			var pe *PanicError
-			require.ErrorAs(t, h.waitClose(t), &pe)
-		})
-	}
+			panic("boom")
+		}
+		addr := m.start(t, h, &Options{Logger: newLogger(io.Discard), WriteTimeout: 30 * time.Second})
+		c := dialRaw(t, addr, nil)
+		c.send(frame(0x81, []byte("go")))
+		time.Sleep(100 * time.Millisecond) // the socket fills
+		c.nc.SetReadDeadline(time.Now().Add(20 * time.Second))
+		for i := range count {
+			c.expectMessage(OpBinary, bytes.Repeat([]byte{byte(i)}, big))
+		}
+		b0, p, err := c.readFrame()
+		require.NoError(t, err, "the 1011 was lost")
+		require.Equal(t, byte(0x88), b0)
+		require.Equal(t, StatusInternalError, StatusCode(binary.BigEndian.Uint16(p)))
+		var pe *PanicError
+		require.ErrorAs(t, h.waitClose(t), &pe)
+	})
 }
