@@ -29,7 +29,7 @@ func init() {
 		return startGustWith(addr, gust.Options{Metrics: new(metrics.Counters)})
 	})
 	// gust-netpoll: gust in netpoll mode (Options.Netpoll): an idle connection holds no
-	// goroutine and no buffer; a goroutine is started for it when bytes arrive.
+	// goroutine and no buffer; gust's event loops read, parse and dispatch.
 	register("gust-netpoll", "github.com/gustws/gust: as gust, in netpoll mode (Options.Netpoll)", func(addr string) (Server, error) {
 		return startGustWith(addr, gust.Options{Netpoll: true})
 	})

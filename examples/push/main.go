@@ -3,6 +3,7 @@
 //
 //	go run ./examples/push                      # ws://127.0.0.1:8080/
 //	go run ./examples/push -topics 10 -size 1024 -interval 1s -compress
+//	go run ./examples/push -netpoll             # idle clients hold no goroutine (Linux)
 //
 // With -topics N, each connection joins one of N topics, in turn, and each
 // interval the server publishes one message to each topic: every client
@@ -67,6 +68,7 @@ func main() {
 	interval := flag.Duration("interval", time.Second, "time between two pushes")
 	compress := flag.Bool("compress", false, "offer permessage-deflate")
 	queue := flag.Int("queue", 0, "outbox size per connection (0: the default, 256)")
+	netpoll := flag.Bool("netpoll", false, "netpoll mode (Linux): clients wait on gust's event loops, not on a goroutine each")
 	flag.Parse()
 	if *topics < 1 || *size < 64 || *interval <= 0 {
 		log.Fatal("push: -topics must be at least 1, -size at least 64, -interval positive")
@@ -82,6 +84,7 @@ func main() {
 			Compression:  gust.CompressionOptions{Enabled: *compress},
 			OutboxSize:   *queue,
 			OutboxPolicy: gust.OutboxCloseSlow, // a client that cannot keep up is closed with 1008
+			Netpoll:      *netpoll,
 		},
 	}}
 
