@@ -47,12 +47,13 @@ func (c *Conn) initIdleReader() {
 // read is called by the netpoller: it reads into a pooled buffer, or gives
 // the buffer back and asks to wait when there is nothing to read.
 func (ir *idleReader) read(fd uintptr) bool {
-	if ir.dst != nil {
-		return ir.readDst(int(fd))
+	dst, buf := ir.dst, (*[]byte)(nil)
+	if dst == nil {
+		buf = bufpool.Get(ir.size)
+		dst = *buf
 	}
-	buf := bufpool.Get(ir.size)
 	for {
-		n, err := syscall.Read(int(fd), *buf)
+		n, err := syscall.Read(int(fd), dst)
 		switch {
 		case err == syscall.EINTR:
 			continue
@@ -67,26 +68,6 @@ func (ir *idleReader) read(fd uintptr) bool {
 			ir.n, ir.err = 0, io.EOF
 		default:
 			ir.buf, ir.n, ir.err = buf, n, nil
-		}
-		return true
-	}
-}
-
-// readDst is read into ir.dst (tryRead, on an event loop).
-func (ir *idleReader) readDst(fd int) bool {
-	for {
-		n, err := syscall.Read(fd, ir.dst)
-		switch {
-		case err == syscall.EINTR:
-			continue
-		case err == syscall.EAGAIN:
-			return false
-		case err != nil:
-			ir.n, ir.err = 0, os.NewSyscallError("read", err)
-		case n == 0:
-			ir.n, ir.err = 0, io.EOF
-		default:
-			ir.n, ir.err = n, nil
 		}
 		return true
 	}
@@ -113,41 +94,8 @@ func (c *Conn) fillIdle() (bool, error) {
 	if err := c.uncork(); err != nil {
 		return true, err
 	}
-	if c.rd.loop {
-		if c.rd.drained {
-			c.hbWaiting()
-			return true, errPark
-		}
-		if c.rd.reads >= loopReadBudget {
-			return true, errHandoff
-		}
-	}
-	c.hbWaiting()
-	fn := ir.fn
-	park := c.mayPark()
-	if park {
-		fn = ir.tryFn
-	}
-	if err := ir.raw.Read(fn); err != nil {
-		return true, c.readError(err)
-	}
-	if park && ir.wouldBlock {
-		ir.wouldBlock = false
-		return true, errPark
-	}
-	if err := ir.err; err != nil {
-		ir.err = nil
-		if err != io.EOF {
-			err = c.readError(err)
-		}
-		return true, err
-	}
-	c.rd.buf, c.rd.r, c.rd.w = ir.buf, 0, ir.n
-	ir.buf = nil
-	c.rd.reads++
-	c.rd.drained = c.rd.loop && ir.n < ir.size
-	c.hbArrived()
-	return true, c.cork(drainedBatch(ir.n, ir.size))
+	_, err := c.idleRead(nil, c.mayPark())
+	return true, err
 }
 
 // tryRead is read on an event loop: it reads what has arrived into p,
@@ -160,6 +108,14 @@ func (c *Conn) fillIdle() (bool, error) {
 // has had loopReadBudget reads in this turn is handed to a goroutine
 // (errHandoff), so that a peer that keeps sending cannot hold up the loop.
 func (c *Conn) tryRead(p []byte) (int, error) {
+	return c.idleRead(p, true)
+}
+
+// idleRead is the one read of fillIdle and tryRead: into dst, or, when dst
+// is nil, into a fresh pooled buffer that becomes the read buffer; without
+// waiting when park is set (errPark when nothing has arrived). On an event
+// loop it first applies the turn's limits (tryRead).
+func (c *Conn) idleRead(dst []byte, park bool) (int, error) {
 	ir := c.idle
 	if c.rd.loop {
 		if c.rd.drained {
@@ -171,8 +127,12 @@ func (c *Conn) tryRead(p []byte) (int, error) {
 		}
 	}
 	c.hbWaiting()
-	ir.dst = p
-	err := ir.raw.Read(ir.tryFn)
+	fn := ir.fn
+	if park {
+		fn = ir.tryFn
+	}
+	ir.dst = dst
+	err := ir.raw.Read(fn)
 	ir.dst = nil
 	if err != nil {
 		return 0, c.readError(err)
@@ -188,10 +148,16 @@ func (c *Conn) tryRead(p []byte) (int, error) {
 		}
 		return 0, err
 	}
+	size := len(dst)
+	if dst == nil {
+		c.rd.buf, c.rd.r, c.rd.w = ir.buf, 0, ir.n
+		ir.buf = nil
+		size = ir.size
+	}
 	c.rd.reads++
-	c.rd.drained = c.rd.loop && ir.n < len(p)
+	c.rd.drained = c.rd.loop && ir.n < size
 	c.hbArrived()
-	return ir.n, c.cork(drainedBatch(ir.n, len(p)))
+	return ir.n, c.cork(drainedBatch(ir.n, size))
 }
 
 // readError wraps err as the net.Conn's own Read would.
