@@ -188,6 +188,21 @@ func (s *Server) serveConn(nc net.Conn) {
 	}
 }
 
+// commit takes nc out of the handshakes that a shutdown drops, before its
+// 101 goes out: once the client has it, the connection is a WebSocket, and
+// a shutdown must close it with 1001 and read what the client sent meanwhile
+// (closing it unread would reset it, and destroy the close frame). It
+// reports false when the shutdown came first and closed nc.
+func (s *Server) commit(nc net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.track.closing.Load() {
+		return false
+	}
+	delete(s.pending, nc)
+	return true
+}
+
 // handshake reads the request head, checks it, and answers with 101 or an
 // HTTP error. It returns nil when the connection must be closed.
 //
@@ -256,6 +271,9 @@ func (s *Server) handshake(nc net.Conn) *Conn {
 	if herr != nil {
 		writeRefusal(nc, herr)
 		cfg.reportHandshake(herr.Status)
+		return nil
+	}
+	if !s.commit(nc) {
 		return nil
 	}
 	if _, err := nc.Write(cfg.appendResponse((*buf)[w:w], hs, nil, extra)); err != nil {
