@@ -100,9 +100,9 @@ func (c *Conn) attach(nc net.Conn, buffered []byte, subprotocol string) {
 		c.rd.buf = bufpool.Get(max(cfg.ReadBufferSize, len(buffered)))
 		c.rd.w = copy(*c.rd.buf, buffered)
 	}
+	c.adoptSocket()
 	c.initIdleReader()
 	c.initRawWriter()
-	c.initNetpoll()
 	if cfg.Parallel > 0 {
 		c.parallel = make(chan struct{}, cfg.Parallel)
 	}
@@ -358,7 +358,9 @@ func (c *Conn) closeNet() {
 
 // NetConn returns the underlying connection. Reading from or writing to it
 // corrupts the WebSocket stream; it is there for deadlines, addresses and
-// TLS state.
+// TLS state. In netpoll mode it is gust's own socket, not the *net.TCPConn
+// the handshake came on (see Options.Netpoll); its SyscallConn reaches the
+// descriptor.
 func (c *Conn) NetConn() net.Conn { return c.conn }
 
 // RemoteAddr returns the peer's network address (nil on a zero Conn).

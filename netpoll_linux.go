@@ -1,6 +1,7 @@
 package gust
 
 import (
+	"net"
 	"os"
 	"runtime"
 	"sync"
@@ -49,24 +50,11 @@ type netpollState struct {
 	ready atomic.Bool // the loop saw the socket turn readable since the last resume
 	gen   uint64      // the poller generation c is registered with; owned by the running goroutine
 	p     *poller     // the event loop c belongs to
+	s     *sock       // c's socket (c.conn)
 
 	timerMu  sync.Mutex
 	timer    *time.Timer  // wakes a parked connection at its read deadline
 	deadline atomic.Int64 // that deadline in Unix nanoseconds, 0 for none
-}
-
-// initNetpoll puts c in netpoll mode when Options.Netpoll asks for it and
-// its connection has a descriptor gust can wait on (TCP and Unix sockets,
-// not TLS or HTTP/2 streams).
-func (c *Conn) initNetpoll() {
-	if !c.cfg.Netpoll || c.idle == nil {
-		return
-	}
-	fd := -1
-	if err := c.idle.raw.Control(func(d uintptr) { fd = int(d) }); err != nil || fd < 0 {
-		return
-	}
-	c.np = &netpollState{fd: fd, p: pollerFor(fd)}
 }
 
 // park hands c to the event loop, and reports whether the calling goroutine
@@ -197,16 +185,14 @@ func (p *poller) register(c *Conn) error {
 			return err
 		}
 	}
-	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | epollET, Fd: int32(np.fd)}
-	// The descriptor is used under the socket's own reference, so that
-	// it cannot be closed and reused for another connection meanwhile.
-	var err error
-	cerr := c.idle.raw.Control(func(d uintptr) {
-		err = syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_ADD, int(d), &ev)
-	})
-	if cerr != nil {
-		return cerr
+	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLOUT | syscall.EPOLLRDHUP | epollET, Fd: int32(np.fd)}
+	// The descriptor is used under the socket's count, so that it cannot
+	// be closed and reused for another connection meanwhile.
+	if !np.s.acquire() {
+		return net.ErrClosed
 	}
+	err := syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_ADD, np.fd, &ev)
+	np.s.release()
 	if err != nil {
 		return os.NewSyscallError("epoll_ctl", err)
 	}
@@ -232,9 +218,10 @@ func (p *poller) remove(c *Conn) {
 	p.conns[fd] = nil
 	p.n--
 	if p.running {
-		c.idle.raw.Control(func(d uintptr) {
-			syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_DEL, int(d), nil)
-		})
+		if s := c.np.s; s.acquire() { // a closed socket has left the epoll instance
+			syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_DEL, fd, nil)
+			s.release()
+		}
 		if p.n == 0 {
 			var one = [8]byte{1}
 			syscall.Write(p.wakefd, one[:])
@@ -318,10 +305,19 @@ func (p *poller) loop(epfd, wakefd int) {
 			if fd >= len(p.conns) {
 				continue
 			}
-			if c := p.conns[fd]; c != nil {
+			c := p.conns[fd]
+			if c == nil {
+				continue
+			}
+			if ev.Events&(syscall.EPOLLOUT|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
+				c.np.s.ready(dirWrite)
+			}
+			if ev.Events&(syscall.EPOLLIN|syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
 				c.np.ready.Store(true)
 				if c.np.state.CompareAndSwap(npParked, npRunning) {
 					ready = append(ready, c)
+				} else {
+					c.np.s.ready(dirRead)
 				}
 			}
 		}

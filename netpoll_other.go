@@ -9,7 +9,7 @@ import "time"
 
 type netpollState struct{}
 
-func (c *Conn) initNetpoll()     {}
+func (c *Conn) adoptSocket()     {}
 func (c *Conn) park() bool       { return false }
 func (c *Conn) wake()            {}
 func (c *Conn) wakeAt(time.Time) {}

@@ -174,8 +174,12 @@ type Options struct {
 	// message streamed to its handler (StreamThreshold), a close, Parallel
 	// handlers all busy, a peer that keeps sending — is handed to a
 	// goroutine started for the connection, which parks it again once
-	// idle. Connections that are not plain sockets (TLS, HTTP/2 streams)
-	// stay in goroutine mode.
+	// idle. The socket becomes gust's own once the handshake is done: its
+	// descriptor is duplicated and the *net.TCPConn or *net.UnixConn
+	// closed, so that only gust's loop waits on it, and NetConn returns a
+	// net.Conn of gust's (a syscall.Conn too, for socket options).
+	// Connections of other types (TLS, HTTP/2 streams, wrappers) stay in
+	// goroutine mode.
 	// Default false: goroutine mode, where each connection's ReadLoop
 	// keeps its goroutine for the connection's life. Choose netpoll mode
 	// for many mostly idle connections (push, chat); README's "Netpoll

@@ -1,0 +1,212 @@
+package gust
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// In netpoll mode a Conn's socket is gust's own (sock): these check it
+// behaves as the net.Conn it replaces, with its waits on gust's event loop.
+
+// openFDs counts the process's open descriptors.
+func openFDs(t *testing.T) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	require.NoError(t, err)
+	return len(ents)
+}
+
+// netpollSock makes a netpoll-mode Conn of nc and returns its socket; the
+// Conn ends with the test.
+func netpollSock(t *testing.T, nc net.Conn) *sock {
+	t.Helper()
+	c := newConn(nc, newConfig(Options{Netpoll: true}, true), nil, true, nil, "")
+	s, ok := c.conn.(*sock)
+	require.True(t, ok, "netpoll mode adopts a %T", nc)
+	require.Same(t, s, c.NetConn())
+	t.Cleanup(func() {
+		c.closeNet()
+		c.unpark()
+	})
+	return s
+}
+
+func TestSockReplacesTheTCPConn(t *testing.T) {
+	warm, _ := tcpPair(t)
+	netpollSock(t, warm) // the event loop and its descriptors run from here
+	server, client := tcpPair(t)
+	before := openFDs(t)
+	s := netpollSock(t, server)
+	require.Equal(t, before, openFDs(t), "the duplicate replaces the original descriptor")
+	require.Equal(t, server.LocalAddr().String(), s.LocalAddr().String())
+	require.Equal(t, server.RemoteAddr().String(), s.RemoteAddr().String())
+	require.Equal(t, client.LocalAddr().String(), s.RemoteAddr().String())
+	require.IsType(t, (*net.TCPAddr)(nil), s.RemoteAddr())
+	_, err := server.Write([]byte("x"))
+	require.ErrorIs(t, err, net.ErrClosed, "the original is closed")
+
+	// The socket works, both ways, and SyscallConn reaches its descriptor.
+	_, err = s.Write([]byte("ping"))
+	require.NoError(t, err)
+	buf := make([]byte, 4)
+	_, err = io.ReadFull(client, buf)
+	require.NoError(t, err)
+	require.Equal(t, "ping", string(buf))
+	raw, err := s.SyscallConn()
+	require.NoError(t, err)
+	var typ int
+	require.NoError(t, raw.Control(func(fd uintptr) {
+		typ, _ = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_TYPE)
+	}))
+	require.Equal(t, syscall.SOCK_STREAM, typ)
+
+	// CloseWrite half-closes; Close closes the descriptor.
+	require.NoError(t, s.CloseWrite())
+	n, err := client.Read(buf)
+	require.Equal(t, 0, n)
+	require.ErrorIs(t, err, io.EOF)
+	require.NoError(t, s.Close())
+	require.Equal(t, before-1, openFDs(t))
+	require.ErrorIs(t, s.Close(), net.ErrClosed)
+	_, err = s.Read(buf)
+	require.ErrorIs(t, err, net.ErrClosed)
+	require.ErrorIs(t, raw.Control(func(uintptr) {}), net.ErrClosed)
+}
+
+func TestSockReadWaitsForBytesAndDeadlines(t *testing.T) {
+	server, client := tcpPair(t)
+	s := netpollSock(t, server)
+	buf := make([]byte, 16)
+
+	// A read past its deadline fails as a timeout, at once or after a wait.
+	require.NoError(t, s.SetReadDeadline(time.Now().Add(-time.Second)))
+	_, err := s.Read(buf)
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+	require.NoError(t, s.SetReadDeadline(time.Now().Add(50*time.Millisecond)))
+	start := time.Now()
+	_, err = s.Read(buf)
+	var ne net.Error
+	require.True(t, errors.As(err, &ne) && ne.Timeout(), "a timeout: %v", err)
+	require.GreaterOrEqual(t, time.Since(start), 40*time.Millisecond)
+
+	// A read waits for bytes that come later (the event loop wakes it).
+	require.NoError(t, s.SetReadDeadline(time.Time{}))
+	go func() {
+		time.Sleep(30 * time.Millisecond)
+		client.Write([]byte("late"))
+	}()
+	n, err := s.Read(buf)
+	require.NoError(t, err)
+	require.Equal(t, "late", string(buf[:n]))
+
+	// A deadline set while a read waits ends the wait.
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Read(buf)
+		done <- err
+	}()
+	time.Sleep(30 * time.Millisecond)
+	require.NoError(t, s.SetReadDeadline(time.Now()))
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+	case <-time.After(5 * time.Second):
+		t.Fatal("a read waiting went on past its new deadline")
+	}
+
+	// Close ends a read waiting, and the peer closing reads as EOF.
+	require.NoError(t, s.SetReadDeadline(time.Time{}))
+	client.Close()
+	_, err = s.Read(buf)
+	require.ErrorIs(t, err, io.EOF)
+}
+
+func TestSockWriteWaitsForRoom(t *testing.T) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	require.NoError(t, err)
+	f := os.NewFile(uintptr(fds[0]), "gust")
+	nc, err := net.FileConn(f)
+	f.Close()
+	require.NoError(t, err)
+	pf := os.NewFile(uintptr(fds[1]), "peer")
+	peer, err := net.FileConn(pf)
+	pf.Close()
+	require.NoError(t, err)
+	defer peer.Close()
+	s := netpollSock(t, nc)
+	require.Equal(t, "unix", s.LocalAddr().Network())
+
+	// The peer does not read: a write fills the socket and times out.
+	big := make([]byte, 16<<20)
+	require.NoError(t, s.SetWriteDeadline(time.Now().Add(100*time.Millisecond)))
+	n, err := s.Write(big)
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+	require.Greater(t, n, 0)
+	require.Less(t, n, len(big))
+
+	// Without a deadline a write waits for room, and finishes as the peer
+	// reads (the event loop wakes it at each EPOLLOUT).
+	require.NoError(t, s.SetWriteDeadline(time.Time{}))
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := s.Write(big)
+		wrote <- err
+	}()
+	got, err := io.CopyN(io.Discard, peer, int64(n+len(big)))
+	require.NoError(t, err)
+	require.Equal(t, int64(n+len(big)), got)
+	require.NoError(t, <-wrote)
+
+	// Close ends a write waiting for room.
+	go func() {
+		_, err := s.Write(big)
+		wrote <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	require.NoError(t, s.Close())
+	select {
+	case err := <-wrote:
+		require.ErrorIs(t, err, net.ErrClosed)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close left a write waiting")
+	}
+}
+
+// Calls racing Close never use a descriptor that was closed (and maybe
+// reused): the descriptor is closed once the last call is done with it.
+func TestSockCloseRacesCalls(t *testing.T) {
+	for range 50 {
+		server, client := tcpPair(t)
+		s := netpollSock(t, server)
+		done := make(chan struct{})
+		for range 4 {
+			go func() {
+				defer func() { done <- struct{}{} }()
+				buf := make([]byte, 8)
+				for {
+					if _, err := s.Write(buf); err != nil {
+						return
+					}
+					s.SetReadDeadline(time.Now().Add(time.Millisecond))
+					if _, err := s.Read(buf); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+						return
+					}
+				}
+			}()
+		}
+		go io.Copy(client, client)
+		time.Sleep(2 * time.Millisecond)
+		require.NoError(t, s.Close())
+		for range 4 {
+			<-done
+		}
+		require.Equal(t, int64(sockClosed|sockDestroy), s.state.Load())
+		client.Close()
+	}
+}
