@@ -43,18 +43,21 @@ const (
 	npParked               // armed in the poller; no goroutine
 )
 
-// netpollState is a Conn's part in netpoll mode.
+// netpollState is a Conn's part in netpoll mode: its socket (c.conn), the
+// idle reader and raw writer that use it (c.idle, c.rw), and its place on
+// an event loop, in one allocation.
 type netpollState struct {
-	fd    int
+	sock
 	state atomic.Int32
 	ready atomic.Bool // the loop saw the socket turn readable since the last resume
 	gen   uint64      // the poller generation c is registered with; owned by the running goroutine
 	p     *poller     // the event loop c belongs to
-	s     *sock       // c's socket (c.conn)
 
-	timerMu  sync.Mutex
-	timer    *time.Timer  // wakes a parked connection at its read deadline
-	deadline atomic.Int64 // that deadline in Unix nanoseconds, 0 for none
+	timerMu sync.Mutex
+	timer   *time.Timer // wakes a parked connection at its read deadline
+
+	ir idleReader
+	rw rawWriter
 }
 
 // park hands c to the event loop, and reports whether the calling goroutine
@@ -79,7 +82,7 @@ func (c *Conn) park() bool {
 	// running and did not resume it: bytes (ready), a socket closed by
 	// CloseNow or a cut (epoll drops it without an event), a read deadline
 	// whose timer fired.
-	d := np.deadline.Load()
+	d := np.dl[dirRead].Load() // the read deadline
 	missed := np.ready.Swap(false) || c.netDone.Load() || (d != 0 && time.Now().UnixNano() >= d)
 	return missed && np.state.CompareAndSwap(npParked, npRunning)
 }
@@ -109,7 +112,7 @@ func (c *Conn) wake() {
 }
 
 // wakeAt arranges for c to be woken at t, when a read deadline passes
-// while it is parked (the runtime enforces deadlines only on reads that
+// while it is parked (the socket enforces deadlines only on calls that
 // wait).
 func (c *Conn) wakeAt(t time.Time) {
 	np := c.np
@@ -123,11 +126,26 @@ func (c *Conn) wakeAt(t time.Time) {
 		np.timer = nil
 	}
 	if t.IsZero() {
-		np.deadline.Store(0)
 		return
 	}
-	np.deadline.Store(t.UnixNano())
 	np.timer = time.AfterFunc(time.Until(t), c.wake)
+}
+
+// sockRead runs op on c's own socket in netpoll mode, waiting on the event
+// loop while op asks to; it reports false in goroutine mode.
+func (c *Conn) sockRead(op fdOp) (bool, error) {
+	if c.np == nil {
+		return false, nil
+	}
+	return true, c.np.do(dirRead, op)
+}
+
+// sockWrite is sockRead's writing twin.
+func (c *Conn) sockWrite(op fdOp) (bool, error) {
+	if c.np == nil {
+		return false, nil
+	}
+	return true, c.np.do(dirWrite, op)
 }
 
 // unpark takes c out of the poller when it ends (if it is in netpoll
@@ -188,11 +206,11 @@ func (p *poller) register(c *Conn) error {
 	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLOUT | syscall.EPOLLRDHUP | epollET, Fd: int32(np.fd)}
 	// The descriptor is used under the socket's count, so that it cannot
 	// be closed and reused for another connection meanwhile.
-	if !np.s.acquire() {
+	if !np.acquire() {
 		return net.ErrClosed
 	}
 	err := syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_ADD, np.fd, &ev)
-	np.s.release()
+	np.release()
 	if err != nil {
 		return os.NewSyscallError("epoll_ctl", err)
 	}
@@ -218,9 +236,9 @@ func (p *poller) remove(c *Conn) {
 	p.conns[fd] = nil
 	p.n--
 	if p.running {
-		if s := c.np.s; s.acquire() { // a closed socket has left the epoll instance
+		if np := c.np; np.acquire() { // a closed socket has left the epoll instance
 			syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_DEL, fd, nil)
-			s.release()
+			np.release()
 		}
 		if p.n == 0 {
 			var one = [8]byte{1}
@@ -310,14 +328,14 @@ func (p *poller) loop(epfd, wakefd int) {
 				continue
 			}
 			if ev.Events&(syscall.EPOLLOUT|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
-				c.np.s.ready(dirWrite)
+				c.np.event(dirWrite)
 			}
 			if ev.Events&(syscall.EPOLLIN|syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
 				c.np.ready.Store(true)
 				if c.np.state.CompareAndSwap(npParked, npRunning) {
 					ready = append(ready, c)
 				} else {
-					c.np.s.ready(dirRead)
+					c.np.event(dirRead)
 				}
 			}
 		}

@@ -14,3 +14,6 @@ func (c *Conn) park() bool       { return false }
 func (c *Conn) wake()            {}
 func (c *Conn) wakeAt(time.Time) {}
 func (c *Conn) unpark()          {}
+
+func (c *Conn) sockRead(interface{ onFD(uintptr) bool }) (bool, error)  { return false, nil }
+func (c *Conn) sockWrite(interface{ onFD(uintptr) bool }) (bool, error) { return false, nil }

@@ -17,13 +17,14 @@ import (
 // only once bytes have arrived. Connections that are not a syscall.Conn,
 // such as TLS, keep a buffer while they wait.
 
-// idleReader is the part of a Conn that reads through a syscall.RawConn.
+// idleReader is the part of a Conn that reads through a syscall.RawConn,
+// or, in netpoll mode, through gust's own socket.
 type idleReader struct {
 	raw        syscall.RawConn
-	fn         func(fd uintptr) bool // read bound once, so that a wait allocates nothing
-	tryFn      func(fd uintptr) bool // tryRead bound once (netpoll mode)
-	wouldBlock bool                  // tryRead found nothing to read
-	dst        []byte                // where tryRead reads, if not into a pooled buffer
+	fn         func(fd uintptr) bool // onFD bound once, so that a wait allocates nothing (RawConn)
+	try        bool                  // read once, without waiting
+	wouldBlock bool                  // try found nothing to read
+	dst        []byte                // where to read, if not into a pooled buffer
 	size       int
 	buf        *[]byte
 	n          int
@@ -31,6 +32,9 @@ type idleReader struct {
 }
 
 func (c *Conn) initIdleReader() {
+	if c.idle != nil {
+		return // netpoll mode's, with its socket
+	}
 	sc, ok := c.conn.(syscall.Conn)
 	if !ok {
 		return
@@ -40,12 +44,24 @@ func (c *Conn) initIdleReader() {
 		return
 	}
 	c.idle = &idleReader{raw: raw, size: max(c.cfg.ReadBufferSize, minReadBufferSize)}
-	c.idle.fn = c.idle.read
-	c.idle.tryFn = c.idle.tryRead
+	c.idle.fn = c.idle.onFD
 }
 
-// read is called by the netpoller: it reads into a pooled buffer, or gives
-// the buffer back and asks to wait when there is nothing to read.
+// onFD is called with the descriptor: it reads into a pooled buffer, or
+// gives the buffer back and asks to wait when there is nothing to read;
+// with try set, it reports in wouldBlock that there was nothing, and does
+// not wait.
+func (ir *idleReader) onFD(fd uintptr) bool {
+	done := ir.read(fd)
+	if ir.try {
+		ir.wouldBlock = !done
+		return true
+	}
+	return done
+}
+
+// read reads into a pooled buffer (or dst), or gives the buffer back and
+// reports false when there is nothing to read.
 func (ir *idleReader) read(fd uintptr) bool {
 	dst, buf := ir.dst, (*[]byte)(nil)
 	if dst == nil {
@@ -71,13 +87,6 @@ func (ir *idleReader) read(fd uintptr) bool {
 		}
 		return true
 	}
-}
-
-// tryRead reads once, without waiting: it reports in ir.wouldBlock that
-// there was nothing to read.
-func (ir *idleReader) tryRead(fd uintptr) bool {
-	ir.wouldBlock = !ir.read(fd) // read asks to wait (false) on EAGAIN
-	return true
 }
 
 // fillIdle reads into a fresh buffer when the read buffer is drained. It
@@ -127,12 +136,11 @@ func (c *Conn) idleRead(dst []byte, park bool) (int, error) {
 		}
 	}
 	c.hbWaiting()
-	fn := ir.fn
-	if park {
-		fn = ir.tryFn
+	ir.dst, ir.try = dst, park
+	ok, err := c.sockRead(ir)
+	if !ok {
+		err = ir.raw.Read(ir.fn)
 	}
-	ir.dst = dst
-	err := ir.raw.Read(fn)
 	ir.dst = nil
 	if err != nil {
 		return 0, c.readError(err)

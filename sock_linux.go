@@ -24,7 +24,7 @@ import (
 // woken by the connection's event loop, which watches the descriptor for
 // both directions, edge-triggered.
 
-// sock states: the low bits count the calls using the descriptor; sockClosed
+// sock.use: the low bits count the calls using the descriptor; sockClosed
 // is set by Close, and the descriptor is closed when the count drops to 0.
 const (
 	sockClosed  = 1 << 62
@@ -39,13 +39,13 @@ const (
 
 // sock is a connected socket that gust's event loops wait on.
 type sock struct {
-	fd    int
-	state atomic.Int64             // sockClosed | number of calls using fd
-	seq   [2]atomic.Uint32         // readiness events seen, per direction
-	dl    [2]atomic.Int64          // read and write deadlines in Unix nanoseconds, 0 for none
-	w     atomic.Pointer[sockWait] // set once a call has waited
-	addr  [2]netip.AddrPort        // local and remote, for TCP
-	unix  *[2]net.Addr             // local and remote, for a Unix socket
+	fd   int
+	use  atomic.Int64             // sockClosed | number of calls using fd
+	seq  [2]atomic.Uint32         // readiness events seen, per direction
+	dl   [2]atomic.Int64          // read and write deadlines in Unix nanoseconds, 0 for none
+	w    atomic.Pointer[sockWait] // set once a call has waited
+	addr [2]netip.AddrPort        // local and remote, for TCP
+	unix *[2]net.Addr             // local and remote, for a Unix socket
 }
 
 // sockWait is where calls that wait on a sock block; a connection whose
@@ -56,17 +56,18 @@ type sockWait struct {
 }
 
 // adoptSocket gives c a socket of gust's own in place of its *net.TCPConn
-// or *net.UnixConn, registered with an event loop, in netpoll mode (c.np).
+// or *net.UnixConn, registered with an event loop: netpoll mode (c.np).
 // Any other connection (TLS, an HTTP/2 stream, a wrapper) stays in
 // goroutine mode, and so does one whose descriptor cannot be duplicated or
-// registered.
+// registered. The socket, the netpoll state, the idle reader and the raw
+// writer are one allocation.
 func (c *Conn) adoptSocket() {
 	if !c.cfg.Netpoll {
 		return
 	}
 	var raw syscall.RawConn
 	var err error
-	s := new(sock)
+	np := new(netpollState)
 	switch nc := c.conn.(type) {
 	case *net.TCPConn:
 		la, _ := nc.LocalAddr().(*net.TCPAddr)
@@ -74,10 +75,10 @@ func (c *Conn) adoptSocket() {
 		if la == nil || ra == nil {
 			return
 		}
-		s.addr = [2]netip.AddrPort{la.AddrPort(), ra.AddrPort()}
+		np.addr = [2]netip.AddrPort{la.AddrPort(), ra.AddrPort()}
 		raw, err = nc.SyscallConn()
 	case *net.UnixConn:
-		s.unix = &[2]net.Addr{nc.LocalAddr(), nc.RemoteAddr()}
+		np.unix = &[2]net.Addr{nc.LocalAddr(), nc.RemoteAddr()}
 		raw, err = nc.SyscallConn()
 	default:
 		return
@@ -95,10 +96,10 @@ func (c *Conn) adoptSocket() {
 	if cerr != nil || fd < 0 {
 		return
 	}
-	s.fd = fd
+	np.fd, np.p = fd, pollerFor(fd)
 	orig := c.conn
-	c.conn, c.np = s, &netpollState{fd: fd, p: pollerFor(fd), s: s}
-	if err := c.np.p.register(c); err != nil {
+	c.conn, c.np = &np.sock, np
+	if err := np.p.register(c); err != nil {
 		syscall.Close(fd)
 		c.conn, c.np = orig, nil
 		return
@@ -106,17 +107,20 @@ func (c *Conn) adoptSocket() {
 	// The duplicate shares the socket and its O_NONBLOCK; closing the
 	// original takes it out of the runtime's netpoller.
 	orig.Close()
+	np.ir.size = max(c.cfg.ReadBufferSize, minReadBufferSize)
+	np.rw.c = c
+	c.idle, c.rw = &np.ir, &np.rw
 }
 
 // acquire counts a call that uses the descriptor; it fails once the sock is
 // closed.
 func (s *sock) acquire() bool {
 	for {
-		v := s.state.Load()
+		v := s.use.Load()
 		if v&sockClosed != 0 {
 			return false
 		}
-		if s.state.CompareAndSwap(v, v+1) {
+		if s.use.CompareAndSwap(v, v+1) {
 			return true
 		}
 	}
@@ -125,13 +129,13 @@ func (s *sock) acquire() bool {
 // release ends a call acquire counted; the last one after Close closes the
 // descriptor.
 func (s *sock) release() {
-	if s.state.Add(-1) == sockClosed {
+	if s.use.Add(-1) == sockClosed {
 		s.destroy()
 	}
 }
 
 func (s *sock) destroy() {
-	if s.state.CompareAndSwap(sockClosed, sockClosed|sockDestroy) {
+	if s.use.CompareAndSwap(sockClosed, sockClosed|sockDestroy) {
 		syscall.Close(s.fd) // which takes it out of the epoll instance
 	}
 }
@@ -140,24 +144,24 @@ func (s *sock) destroy() {
 // descriptor is closed once no call uses it.
 func (s *sock) Close() error {
 	for {
-		v := s.state.Load()
+		v := s.use.Load()
 		if v&sockClosed != 0 {
 			return s.opError("close", net.ErrClosed)
 		}
-		if s.state.CompareAndSwap(v, v|sockClosed) {
+		if s.use.CompareAndSwap(v, v|sockClosed) {
 			break
 		}
 	}
 	s.notify(dirRead)
 	s.notify(dirWrite)
-	if s.state.Load() == sockClosed {
+	if s.use.Load() == sockClosed {
 		s.destroy()
 	}
 	return nil
 }
 
-// ready is called by the event loop when the socket turned ready in dir.
-func (s *sock) ready(dir int) {
+// event is called by the event loop when the socket turned ready in dir.
+func (s *sock) event(dir int) {
 	s.seq[dir].Add(1)
 	s.notify(dir)
 }
@@ -187,7 +191,7 @@ func (s *sock) wait(dir int, seq uint32) {
 		w = s.w.Load()
 	}
 	w.mu.Lock()
-	if s.seq[dir].Load() != seq || s.state.Load()&sockClosed != 0 {
+	if s.seq[dir].Load() != seq || s.use.Load()&sockClosed != 0 {
 		w.mu.Unlock()
 		return
 	}
@@ -217,10 +221,20 @@ func (s *sock) wait(dir int, seq uint32) {
 	t.Stop()
 }
 
-// do calls f with the descriptor until it reports done, waiting for the
+// fdOp is a call on a descriptor that reports whether it is done, or
+// must wait for the socket to turn ready (an idle read, a raw write, a
+// RawConn's function).
+type fdOp interface{ onFD(fd uintptr) bool }
+
+// fdFunc is a RawConn's function as an fdOp.
+type fdFunc func(fd uintptr) bool
+
+func (f fdFunc) onFD(fd uintptr) bool { return f(fd) }
+
+// do calls op with the descriptor until it reports done, waiting for the
 // socket to turn ready in dir in between; it fails when the sock is closed
 // or the direction's deadline has passed, before or while it waits.
-func (s *sock) do(dir int, f func(fd uintptr) bool) error {
+func (s *sock) do(dir int, op fdOp) error {
 	for {
 		if dl := s.dl[dir].Load(); dl != 0 && time.Now().UnixNano() >= dl {
 			return os.ErrDeadlineExceeded
@@ -229,7 +243,7 @@ func (s *sock) do(dir int, f func(fd uintptr) bool) error {
 		if !s.acquire() {
 			return net.ErrClosed
 		}
-		done := f(uintptr(s.fd))
+		done := op.onFD(uintptr(s.fd))
 		s.release()
 		if done {
 			return nil
@@ -245,14 +259,14 @@ func (s *sock) Read(p []byte) (int, error) {
 	}
 	var n int
 	var rerr error
-	err := s.do(dirRead, func(fd uintptr) bool {
+	err := s.do(dirRead, fdFunc(func(fd uintptr) bool {
 		for {
 			n, rerr = syscall.Read(int(fd), p)
 			if rerr != syscall.EINTR {
 				return rerr != syscall.EAGAIN
 			}
 		}
-	})
+	}))
 	switch {
 	case err != nil:
 		return 0, s.opError("read", err)
@@ -268,7 +282,7 @@ func (s *sock) Read(p []byte) (int, error) {
 func (s *sock) Write(p []byte) (int, error) {
 	total := len(p)
 	var werr error
-	err := s.do(dirWrite, func(fd uintptr) bool {
+	err := s.do(dirWrite, fdFunc(func(fd uintptr) bool {
 		for len(p) > 0 {
 			n, err := syscall.Write(int(fd), p)
 			switch {
@@ -283,7 +297,7 @@ func (s *sock) Write(p []byte) (int, error) {
 			p = p[n:]
 		}
 		return true
-	})
+	}))
 	if err == nil {
 		err = werr
 	}
@@ -372,5 +386,10 @@ func (r *rawSock) Control(f func(fd uintptr)) error {
 	return nil
 }
 
-func (r *rawSock) Read(f func(fd uintptr) bool) error  { return (*sock)(r).do(dirRead, f) }
-func (r *rawSock) Write(f func(fd uintptr) bool) error { return (*sock)(r).do(dirWrite, f) }
+func (r *rawSock) Read(f func(fd uintptr) bool) error {
+	return (*sock)(r).do(dirRead, fdFunc(f))
+}
+
+func (r *rawSock) Write(f func(fd uintptr) bool) error {
+	return (*sock)(r).do(dirWrite, fdFunc(f))
+}

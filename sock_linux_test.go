@@ -206,7 +206,7 @@ func TestSockCloseRacesCalls(t *testing.T) {
 		for range 4 {
 			<-done
 		}
-		require.Equal(t, int64(sockClosed|sockDestroy), s.state.Load())
+		require.Equal(t, int64(sockClosed|sockDestroy), s.use.Load())
 		client.Close()
 	}
 }

@@ -21,8 +21,7 @@ import (
 // rawWriter is the part of a Conn that writes through a syscall.RawConn.
 // Its fields are used under the Conn's write lock.
 type rawWriter struct {
-	c     *Conn
-	raw   syscall.RawConn
+	c     *Conn                 // whose idle reader has the RawConn, outside netpoll mode
 	fn    func(fd uintptr) bool // write bound once, so that a write allocates nothing
 	p     []byte                // what is left to write
 	err   error
@@ -31,16 +30,16 @@ type rawWriter struct {
 }
 
 func (c *Conn) initRawWriter() {
-	if c.idle == nil {
-		return
+	if c.rw != nil || c.idle == nil {
+		return // netpoll mode's, with its socket; or no RawConn
 	}
-	c.rw = &rawWriter{c: c, raw: c.idle.raw}
-	c.rw.fn = c.rw.write
+	c.rw = &rawWriter{c: c}
+	c.rw.fn = c.rw.onFD
 }
 
-// write is called by the netpoller: it writes until p is gone, or arms the
-// deadline and asks to wait when the socket is full.
-func (w *rawWriter) write(fd uintptr) bool {
+// onFD is called with the descriptor: it writes until p is gone, or arms
+// the deadline and asks to wait when the socket is full.
+func (w *rawWriter) onFD(fd uintptr) bool {
 	for len(w.p) > 0 {
 		n, err := syscall.Write(int(fd), w.p)
 		switch {
@@ -90,7 +89,10 @@ func (w *rawWriter) tryWrite(p []byte) (int, error) {
 // writeAll writes p whole, or fails.
 func (w *rawWriter) writeAll(p []byte) (int, error) {
 	w.p, w.err = p, nil
-	err := w.raw.Write(w.fn)
+	ok, err := w.c.sockWrite(w)
+	if !ok {
+		err = w.c.idle.raw.Write(w.fn)
+	}
 	if w.armed {
 		w.armed = false
 		var dl time.Time
