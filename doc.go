@@ -214,8 +214,11 @@
 // itself never waits on a loop: writes the socket does not take wait in a
 // backlog, and a connection that must wait (for that backlog to drain, for
 // a streamed message's handler) is served by a goroutine until it is idle
-// again. Choose it for many mostly idle connections. TLS connections and
-// HTTP/2 streams, and every connection off Linux, stay in goroutine mode.
+// again. The socket becomes gust's own after the handshake (its descriptor
+// duplicated, the *net.TCPConn closed), so [Conn.NetConn] is a net.Conn of
+// gust's. Choose it for many mostly idle connections. TLS connections,
+// HTTP/2 streams and wrapped conns, and every connection off Linux, stay in
+// goroutine mode.
 //
 // # Limits and timeouts
 //
