@@ -352,6 +352,7 @@ func (c *Conn) abort(err error) {
 
 func (c *Conn) closeNet() {
 	if c.netDone.CompareAndSwap(false, true) && c.conn != nil {
+		c.unpark() // a Conn closed before its ReadLoop ran holds no event loop
 		c.conn.Close()
 	}
 }

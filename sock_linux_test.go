@@ -210,3 +210,22 @@ func TestSockCloseRacesCalls(t *testing.T) {
 		client.Close()
 	}
 }
+
+// holds reports whether c's event loop has it.
+func (p *poller) holds(c *Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return c.np.fd < len(p.conns) && p.conns[c.np.fd] == c
+}
+
+// A Conn closed before its ReadLoop ran (a client that dials and gives up)
+// leaves its event loop at once: no slot, and no loop kept running for it.
+func TestNetpollConnClosedBeforeReadLoopLeavesItsLoop(t *testing.T) {
+	server, _ := tcpPair(t)
+	c := newConn(server, newConfig(Options{Netpoll: true}, true), nil, true, nil, "")
+	require.NotNil(t, c.np)
+	require.True(t, c.np.p.holds(c), "registered with its loop from the start")
+	require.NoError(t, c.CloseNow())
+	require.False(t, c.np.p.holds(c))
+	require.Equal(t, int64(sockClosed|sockDestroy), c.np.use.Load(), "the descriptor is closed")
+}
