@@ -29,10 +29,6 @@ import (
 // all busy, the write lock held by another goroutine, and a peer that
 // keeps sending past loopReadBudget reads.
 
-// loopReadBudget bounds the reads one connection makes in a turn of its
-// event loop; a connection with more to read goes on on a goroutine.
-const loopReadBudget = 16
-
 // epollET is EPOLLET as the uint32 of EpollEvent.Events (the syscall
 // package's constant is a negative int).
 const epollET = 1 << 31

@@ -17,6 +17,11 @@ import (
 // only once bytes have arrived. Connections that are not a syscall.Conn,
 // such as TLS, keep a buffer while they wait.
 
+// loopReadBudget bounds the reads one connection makes in a turn of its
+// event loop (netpoll mode, Linux); a connection with more to read goes on
+// on a goroutine.
+const loopReadBudget = 16
+
 // idleReader is the part of a Conn that reads through a syscall.RawConn,
 // or, in netpoll mode, through gust's own socket.
 type idleReader struct {
