@@ -45,14 +45,13 @@ type Conn struct {
 	np   *netpollState // netpoll mode (Options.Netpoll); nil in goroutine mode
 
 	started  atomic.Bool
-	closing  atomic.Bool // a close frame has been sent: incoming messages are dropped
-	sentCode StatusCode  // the code of the close frame gust sent, once sent; guarded by wr.mu
-	netDone  atomic.Bool // the net.Conn has been closed
-	errMu    sync.Mutex
-	err      error // the first error that ended the connection outside the read loop
+	closing  atomic.Bool           // a close frame has been sent: incoming messages are dropped
+	sentCode StatusCode            // the code of the close frame gust sent, once sent; guarded by wr.mu
+	netDone  atomic.Bool           // the net.Conn has been closed
+	err      atomic.Pointer[error] // the first error that ended the connection outside the read loop
 
-	pings pingWaiters // Pings waiting for their pongs
-	hb    *heartbeat  // its place in the heartbeats' wheel while ReadLoop runs, if Options.PingInterval is set
+	pings pingSet    // Pings waiting for their pongs
+	hb    *heartbeat // its place in the heartbeats' wheel while ReadLoop runs, if Options.PingInterval is set
 
 	parallel chan struct{}  // semaphore for parallel OnMessage calls
 	inflight sync.WaitGroup // parallel OnMessage calls and the outbox writer
@@ -308,17 +307,15 @@ func (c *Conn) finish(err error) {
 	c.rd.releaseAll()
 	c.closeOutbox()
 	c.inflight.Wait()
-	c.errMu.Lock()
-	if c.err != nil {
+	if rec := c.recorded(); rec != nil {
 		// The recorded reason wins over an I/O error, and the peer's close
 		// frame over the reason, except for a slow consumer: its peer only
 		// answered the 1008 gust sent.
 		var ce *CloseError
-		if !errors.As(err, &ce) || errors.Is(c.err, ErrSlowConsumer) {
-			err = c.err
+		if !errors.As(err, &ce) || errors.Is(rec, ErrSlowConsumer) {
+			err = rec
 		}
 	}
-	c.errMu.Unlock()
 	if c.tracker != nil {
 		defer c.tracker.forget(c) // after OnClose: Shutdown waits for it
 	}
@@ -341,13 +338,21 @@ func (c *Conn) callOnClose(err error) {
 // abort records err as the reason the connection ends, unless one is
 // recorded already, and closes the net.Conn so that the read loop stops.
 func (c *Conn) abort(err error) {
-	c.errMu.Lock()
-	if c.err == nil {
-		c.err = err
-	}
-	c.errMu.Unlock()
+	c.record(err)
 	c.closeNet()
 	c.wake() // a parked connection has no goroutine to see the socket closed
+}
+
+// record keeps err as the reason the connection ends, unless one is kept
+// already.
+func (c *Conn) record(err error) { c.err.CompareAndSwap(nil, &err) }
+
+// recorded returns the reason record kept, or nil.
+func (c *Conn) recorded() error {
+	if p := c.err.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 func (c *Conn) closeNet() {

@@ -337,11 +337,7 @@ func (c *Conn) closeSlowLocked() error {
 	discarded := all[o.head:]
 	o.queue, o.head = nil, 0
 	o.state = outboxClosing
-	c.errMu.Lock()
-	if c.err == nil {
-		c.err = ErrSlowConsumer
-	}
-	c.errMu.Unlock()
+	c.record(ErrSlowConsumer)
 	start := c.startWriterLocked()
 	o.mu.Unlock()
 	if start {

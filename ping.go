@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -12,9 +13,41 @@ import (
 // counter that tells its pong from the others.
 const pingPayloadSize = 8
 
-// pingWaiters holds the Pings waiting for their pongs. Its map is made on
-// the first Ping, so a connection that never calls Ping pays for the struct
-// only (32 bytes), never for an allocation.
+// pingSet holds the Pings waiting for their pongs: nothing until the first
+// Ping, so that a connection that never calls Ping pays 8 bytes for it.
+type pingSet struct{ p atomic.Pointer[pingWaiters] }
+
+// pingsEnded is the set of a connection that ended before any Ping.
+var pingsEnded = &pingWaiters{ended: true}
+
+func (ps *pingSet) add(ch chan<- time.Time) (uint64, bool) {
+	pw := ps.p.Load()
+	if pw == nil {
+		ps.p.CompareAndSwap(nil, new(pingWaiters))
+		pw = ps.p.Load()
+	}
+	return pw.add(ch)
+}
+
+func (ps *pingSet) remove(id uint64) {
+	if pw := ps.p.Load(); pw != nil {
+		pw.remove(id)
+	}
+}
+
+func (ps *pingSet) pong(p []byte) {
+	if pw := ps.p.Load(); pw != nil {
+		pw.pong(p)
+	}
+}
+
+func (ps *pingSet) end() {
+	if !ps.p.CompareAndSwap(nil, pingsEnded) {
+		ps.p.Load().end()
+	}
+}
+
+// pingWaiters is a pingSet once a Ping has come.
 type pingWaiters struct {
 	mu    sync.Mutex
 	next  uint64                      // the payload of the next ping
@@ -45,8 +78,8 @@ type pingWaiters struct {
 // dispatches is corked like any write, and its wait is part of the
 // round-trip time.
 //
-// Cost: the first Ping on a connection allocates the map of waiters; each
-// Ping allocates a channel and its map entry.
+// Cost: the first Ping on a connection allocates the set of waiters and
+// its map; each Ping allocates a channel and its map entry.
 func (c *Conn) Ping(ctx context.Context) (time.Duration, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err

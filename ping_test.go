@@ -2,6 +2,7 @@ package gust
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"net"
 	"sync"
@@ -51,9 +52,10 @@ func TestPingConcurrent(t *testing.T) {
 	for err := range errs {
 		require.NoError(t, err)
 	}
-	c.pings.mu.Lock()
-	defer c.pings.mu.Unlock()
-	require.Empty(t, c.pings.wait, "every waiter is gone")
+	pw := c.pings.p.Load()
+	pw.mu.Lock()
+	defer pw.mu.Unlock()
+	require.Empty(t, pw.wait, "every waiter is gone")
 }
 
 // TestPingDeadline pings a raw peer that reads the ping but never answers:
@@ -79,9 +81,10 @@ func TestPingDeadline(t *testing.T) {
 
 	rc.send(frame(0x8A, p))
 	require.Equal(t, string(p), <-pongs)
-	c.pings.mu.Lock()
-	require.Empty(t, c.pings.wait)
-	c.pings.mu.Unlock()
+	pw := c.pings.p.Load()
+	pw.mu.Lock()
+	require.Empty(t, pw.wait)
+	pw.mu.Unlock()
 
 	_, err = c.Ping(ctx)
 	require.ErrorIs(t, err, context.DeadlineExceeded, "an ended ctx returns at once")
@@ -139,4 +142,29 @@ func TestPingFromReadGoroutine(t *testing.T) {
 	rtt, err := srv.waitOpen(t).Ping(testContext(t))
 	require.NoError(t, err)
 	require.Positive(t, rtt)
+}
+
+// A connection that never pinged holds no set of waiters, and once it has
+// ended a Ping fails at once.
+func TestPingSetIsMadeByTheFirstPing(t *testing.T) {
+	var ps pingSet
+	ps.pong(make([]byte, pingPayloadSize)) // a pong nobody waits for
+	require.Nil(t, ps.p.Load())
+	ch := make(chan time.Time, 1)
+	id, ok := ps.add(ch)
+	require.True(t, ok)
+	require.NotNil(t, ps.p.Load())
+	var p [pingPayloadSize]byte
+	binary.BigEndian.PutUint64(p[:], id)
+	ps.pong(p[:])
+	require.Len(t, ch, 1)
+	ps.end()
+	_, ok = ps.add(make(chan time.Time, 1))
+	require.False(t, ok)
+
+	var never pingSet
+	never.end()
+	_, ok = never.add(make(chan time.Time, 1))
+	require.False(t, ok, "a Ping after the end fails")
+	never.end() // twice is harmless
 }
