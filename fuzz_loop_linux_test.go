@@ -21,17 +21,23 @@ import (
 // as the chunks cut it into. Where the loop would hand the connection to a
 // goroutine (errHandoff: a close frame, a backlog), the rest of the input
 // is sent at once and the connection is served as that goroutine serves it.
-func runFuzzLoop(t *testing.T, in []byte, seed uint64, opts Options) (*fuzzRecorder, []byte) {
+// unixPair returns the two ends of a Unix stream socketpair, as the
+// *net.UnixConns net.FileConn makes of them.
+func unixPair(t *testing.T) (nc, peer net.Conn) {
+	t.Helper()
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	require.NoError(t, err)
-	f := os.NewFile(uintptr(fds[0]), "gust")
-	nc, err := net.FileConn(f)
-	f.Close()
-	require.NoError(t, err)
-	pf := os.NewFile(uintptr(fds[1]), "peer")
-	peer, err := net.FileConn(pf)
-	pf.Close()
-	require.NoError(t, err)
+	for i, c := range []*net.Conn{&nc, &peer} {
+		f := os.NewFile(uintptr(fds[i]), "socketpair")
+		*c, err = net.FileConn(f)
+		f.Close()
+		require.NoError(t, err)
+	}
+	return nc, peer
+}
+
+func runFuzzLoop(t *testing.T, in []byte, seed uint64, opts Options) (*fuzzRecorder, []byte) {
+	nc, peer := unixPair(t)
 	defer peer.Close()
 	out := make(chan []byte, 1)
 	go func() {

@@ -128,16 +128,7 @@ func TestSockReadWaitsForBytesAndDeadlines(t *testing.T) {
 }
 
 func TestSockWriteWaitsForRoom(t *testing.T) {
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	require.NoError(t, err)
-	f := os.NewFile(uintptr(fds[0]), "gust")
-	nc, err := net.FileConn(f)
-	f.Close()
-	require.NoError(t, err)
-	pf := os.NewFile(uintptr(fds[1]), "peer")
-	peer, err := net.FileConn(pf)
-	pf.Close()
-	require.NoError(t, err)
+	nc, peer := unixPair(t)
 	defer peer.Close()
 	s := netpollSock(t, nc)
 	require.Equal(t, "unix", s.LocalAddr().Network())
