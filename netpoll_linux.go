@@ -127,21 +127,13 @@ func (c *Conn) wakeAt(t time.Time) {
 	np.timer = time.AfterFunc(time.Until(t), c.wake)
 }
 
-// sockRead runs op on c's own socket in netpoll mode, waiting on the event
-// loop while op asks to; it reports false in goroutine mode.
-func (c *Conn) sockRead(op fdOp) (bool, error) {
+// sockDo runs op on c's own socket in netpoll mode, waiting on the event
+// loop in dir while op asks to; it reports false in goroutine mode.
+func (c *Conn) sockDo(dir int, op fdOp) (bool, error) {
 	if c.np == nil {
 		return false, nil
 	}
-	return true, c.np.do(dirRead, op)
-}
-
-// sockWrite is sockRead's writing twin.
-func (c *Conn) sockWrite(op fdOp) (bool, error) {
-	if c.np == nil {
-		return false, nil
-	}
-	return true, c.np.do(dirWrite, op)
+	return true, c.np.do(dir, op)
 }
 
 // unpark takes c out of the poller when it ends (if it is in netpoll

@@ -15,5 +15,4 @@ func (c *Conn) wake()            {}
 func (c *Conn) wakeAt(time.Time) {}
 func (c *Conn) unpark()          {}
 
-func (c *Conn) sockRead(interface{ onFD(uintptr) bool }) (bool, error)  { return false, nil }
-func (c *Conn) sockWrite(interface{ onFD(uintptr) bool }) (bool, error) { return false, nil }
+func (c *Conn) sockDo(int, interface{ onFD(uintptr) bool }) (bool, error) { return false, nil }

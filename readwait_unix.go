@@ -17,6 +17,12 @@ import (
 // only once bytes have arrived. Connections that are not a syscall.Conn,
 // such as TLS, keep a buffer while they wait.
 
+// Directions a call on a socket may wait in (netpoll mode's sockDo).
+const (
+	dirRead = iota
+	dirWrite
+)
+
 // loopReadBudget bounds the reads one connection makes in a turn of its
 // event loop (netpoll mode, Linux); a connection with more to read goes on
 // on a goroutine.
@@ -73,24 +79,37 @@ func (ir *idleReader) read(fd uintptr) bool {
 		buf = bufpool.Get(ir.size)
 		dst = *buf
 	}
+	n, again, err := readFD(int(fd), dst)
+	switch {
+	case again:
+		bufpool.Put(buf)
+		return false
+	case err != nil:
+		bufpool.Put(buf)
+		ir.n, ir.err = 0, err
+	default:
+		ir.buf, ir.n, ir.err = buf, n, nil
+	}
+	return true
+}
+
+// readFD reads once from fd into p, retrying when interrupted; again
+// reports that there was nothing to read (EAGAIN), and a peer that closed
+// its side reads as io.EOF.
+func readFD(fd int, p []byte) (n int, again bool, err error) {
 	for {
-		n, err := syscall.Read(int(fd), dst)
+		n, err := syscall.Read(fd, p)
 		switch {
 		case err == syscall.EINTR:
 			continue
 		case err == syscall.EAGAIN:
-			bufpool.Put(buf)
-			return false
+			return 0, true, nil
 		case err != nil:
-			bufpool.Put(buf)
-			ir.n, ir.err = 0, os.NewSyscallError("read", err)
+			return 0, false, os.NewSyscallError("read", err)
 		case n == 0:
-			bufpool.Put(buf)
-			ir.n, ir.err = 0, io.EOF
-		default:
-			ir.buf, ir.n, ir.err = buf, n, nil
+			return 0, false, io.EOF
 		}
-		return true
+		return n, false, nil
 	}
 }
 
@@ -142,7 +161,7 @@ func (c *Conn) idleRead(dst []byte, park bool) (int, error) {
 	}
 	c.hbWaiting()
 	ir.dst, ir.try = dst, park
-	ok, err := c.sockRead(ir)
+	ok, err := c.sockDo(dirRead, ir)
 	if !ok {
 		err = ir.raw.Read(ir.fn)
 	}

@@ -31,12 +31,6 @@ const (
 	sockDestroy = 1 << 61
 )
 
-// Wait directions.
-const (
-	dirRead = iota
-	dirWrite
-)
-
 // sock is a connected socket that gust's event loops wait on.
 type sock struct {
 	fd   int
@@ -65,8 +59,6 @@ func (c *Conn) adoptSocket() {
 	if !c.cfg.Netpoll {
 		return
 	}
-	var raw syscall.RawConn
-	var err error
 	np := new(netpollState)
 	switch nc := c.conn.(type) {
 	case *net.TCPConn:
@@ -76,13 +68,12 @@ func (c *Conn) adoptSocket() {
 			return
 		}
 		np.addr = [2]netip.AddrPort{la.AddrPort(), ra.AddrPort()}
-		raw, err = nc.SyscallConn()
 	case *net.UnixConn:
 		np.unix = &[2]net.Addr{nc.LocalAddr(), nc.RemoteAddr()}
-		raw, err = nc.SyscallConn()
 	default:
 		return
 	}
+	raw, err := c.conn.(syscall.Conn).SyscallConn()
 	if err != nil {
 		return
 	}
@@ -260,51 +251,38 @@ func (s *sock) Read(p []byte) (int, error) {
 	var n int
 	var rerr error
 	err := s.do(dirRead, fdFunc(func(fd uintptr) bool {
-		for {
-			n, rerr = syscall.Read(int(fd), p)
-			if rerr != syscall.EINTR {
-				return rerr != syscall.EAGAIN
-			}
-		}
+		var again bool
+		n, again, rerr = readFD(int(fd), p)
+		return !again
 	}))
+	if err == nil {
+		err = rerr
+	}
 	switch {
+	case err == io.EOF:
+		return 0, io.EOF
 	case err != nil:
 		return 0, s.opError("read", err)
-	case rerr != nil:
-		return 0, s.opError("read", os.NewSyscallError("read", rerr))
-	case n == 0:
-		return 0, io.EOF
 	}
 	return n, nil
 }
 
 // Write writes p whole, waiting for room until the write deadline.
 func (s *sock) Write(p []byte) (int, error) {
-	total := len(p)
+	var n int
 	var werr error
 	err := s.do(dirWrite, fdFunc(func(fd uintptr) bool {
-		for len(p) > 0 {
-			n, err := syscall.Write(int(fd), p)
-			switch {
-			case err == syscall.EINTR:
-				continue
-			case err == syscall.EAGAIN:
-				return false
-			case err != nil:
-				werr = os.NewSyscallError("write", err)
-				return true
-			}
-			p = p[n:]
-		}
-		return true
+		k, again, err := writeFD(int(fd), p[n:])
+		n, werr = n+k, err
+		return !again
 	}))
 	if err == nil {
 		err = werr
 	}
 	if err != nil {
-		return total - len(p), s.opError("write", err)
+		return n, s.opError("write", err)
 	}
-	return total, nil
+	return n, nil
 }
 
 // CloseWrite shuts down the writing side of the socket.

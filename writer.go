@@ -568,23 +568,31 @@ func (c *Conn) netWriteBacklog(p []byte) (int, error) {
 		if err != nil || n == len(p) {
 			return n, err
 		}
-		w.backlog = bufpool.Get(len(p) - n)
-		copy(*w.backlog, p[n:])
+		w.appendBacklog(p[n:])
 		return len(p), nil
 	}
 	if w.noWait {
-		k := len(*w.backlog)
-		if n := k + len(p); n > cap(*w.backlog) {
-			w.backlog = bufpool.Grow(w.backlog, max(n, 2*cap(*w.backlog)))
-		}
-		*w.backlog = (*w.backlog)[:k+len(p)]
-		copy((*w.backlog)[k:], p)
+		w.appendBacklog(p)
 		return len(p), nil
 	}
 	if err := c.writeBacklogLocked(); err != nil {
 		return 0, err
 	}
 	return c.rw.writeAll(p)
+}
+
+// appendBacklog keeps p after what the backlog holds, its capacity at least
+// doubling as it grows (past bufpool's classes too).
+func (w *writeState) appendBacklog(p []byte) {
+	k := 0
+	if w.backlog != nil {
+		k = len(*w.backlog)
+		if n := k + len(p); n > cap(*w.backlog) {
+			w.backlog = bufpool.Grow(w.backlog, max(n, 2*cap(*w.backlog)))
+		}
+	}
+	w.backlog = bufpool.Grow(w.backlog, k+len(p))
+	copy((*w.backlog)[k:], p)
 }
 
 // writeBacklogLocked writes the backlog (netWriteBacklog), waiting as a

@@ -40,27 +40,36 @@ func (c *Conn) initRawWriter() {
 // onFD is called with the descriptor: it writes until p is gone, or arms
 // the deadline and asks to wait when the socket is full.
 func (w *rawWriter) onFD(fd uintptr) bool {
-	for len(w.p) > 0 {
-		n, err := syscall.Write(int(fd), w.p)
+	n, again, err := writeFD(int(fd), w.p)
+	w.p = w.p[n:]
+	switch {
+	case err != nil:
+		w.err = err
+	case again && !w.try:
+		w.arm()
+		return false
+	}
+	return true
+}
+
+// writeFD writes p to fd until it is gone or the socket is full (again),
+// retrying when interrupted.
+func writeFD(fd int, p []byte) (n int, again bool, err error) {
+	for n < len(p) {
+		k, err := syscall.Write(fd, p[n:])
 		switch {
 		case err == syscall.EINTR:
 			continue
 		case err == syscall.EAGAIN:
-			if w.try {
-				return true
-			}
-			w.arm()
-			return false
+			return n, true, nil
 		case err != nil:
-			w.err = os.NewSyscallError("write", err)
-			return true
-		case n == 0:
-			w.err = io.ErrUnexpectedEOF
-			return true
+			return n, false, os.NewSyscallError("write", err)
+		case k == 0:
+			return n, false, io.ErrUnexpectedEOF
 		}
-		w.p = w.p[n:]
+		n += k
 	}
-	return true
+	return n, false, nil
 }
 
 // arm sets the socket's write deadline before a wait: WriteTimeout from
@@ -89,7 +98,7 @@ func (w *rawWriter) tryWrite(p []byte) (int, error) {
 // writeAll writes p whole, or fails.
 func (w *rawWriter) writeAll(p []byte) (int, error) {
 	w.p, w.err = p, nil
-	ok, err := w.c.sockWrite(w)
+	ok, err := w.c.sockDo(dirWrite, w)
 	if !ok {
 		err = w.c.idle.raw.Write(w.fn)
 	}
