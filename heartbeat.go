@@ -272,7 +272,7 @@ func (c *Conn) sendHeartbeatPing() {
 // it flushes it: the peer then gets a second ping, which is harmless.
 func (c *Conn) tryPingNow() bool {
 	w := &c.wr
-	if c.rw == nil || !w.mu.TryLock() {
+	if !c.rawWrites() || !w.mu.TryLock() {
 		return false
 	}
 	defer w.mu.Unlock()
@@ -285,7 +285,7 @@ func (c *Conn) tryPingNow() bool {
 		key = w.maskKey()
 	}
 	hn := putHeader(f[:], opPing, 0, !c.server, key)
-	n, err := c.rw.tryWrite(f[:hn])
+	n, err := c.tryWriteRaw(f[:hn])
 	switch {
 	case err != nil:
 		w.err = err // the next write or read ends the connection

@@ -39,22 +39,9 @@ const (
 	npParked               // armed in the poller; no goroutine
 )
 
-// netpollState is a Conn's part in netpoll mode: its socket (c.conn), the
-// idle reader and raw writer that use it (c.idle, c.rw), and its place on
-// an event loop, in one allocation.
-type netpollState struct {
-	sock
-	state atomic.Int32
-	ready atomic.Bool // the loop saw the socket turn readable since the last resume
-	gen   uint64      // the poller generation c is registered with; owned by the running goroutine
-	p     *poller     // the event loop c belongs to
-
-	timerMu sync.Mutex
-	timer   *time.Timer // wakes a parked connection at its read deadline
-
-	ir idleReader
-	rw rawWriter
-}
+// netpollState is a Conn's part in netpoll mode: its socket (c.conn) and
+// its place on an event loop, in one allocation.
+type netpollState struct{ sock }
 
 // park hands c to the event loop, and reports whether the calling goroutine
 // must go on serving it instead: bytes arrived while it was parking, its
@@ -70,7 +57,7 @@ type netpollState struct {
 func (c *Conn) park() bool {
 	np := c.np
 	c.rd.shrink()
-	if err := np.p.register(c); err != nil {
+	if err := np.poller().register(c); err != nil {
 		return true // still running: the next read reports why
 	}
 	np.state.Store(npParked)
@@ -115,26 +102,29 @@ func (c *Conn) wakeAt(t time.Time) {
 	if np == nil {
 		return
 	}
-	np.timerMu.Lock()
-	defer np.timerMu.Unlock()
-	if np.timer != nil {
-		np.timer.Stop()
-		np.timer = nil
+	w := np.w.Load()
+	if w == nil {
+		if t.IsZero() {
+			return
+		}
+		w = np.waits()
 	}
-	if t.IsZero() {
-		return
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case t.IsZero():
+		if w.timer != nil {
+			w.timer.Stop()
+		}
+	case w.timer == nil:
+		w.timer = time.AfterFunc(time.Until(t), c.wake)
+	default:
+		w.timer.Reset(time.Until(t))
 	}
-	np.timer = time.AfterFunc(time.Until(t), c.wake)
 }
 
-// sockDo runs op on c's own socket in netpoll mode, waiting on the event
-// loop in dir while op asks to; it reports false in goroutine mode.
-func (c *Conn) sockDo(dir int, op fdOp) (bool, error) {
-	if c.np == nil {
-		return false, nil
-	}
-	return true, c.np.do(dir, op)
-}
+// poller returns the event loop of s's descriptor.
+func (s *sock) poller() *poller { return pollerFor(int(s.fd)) }
 
 // unpark takes c out of the poller when it ends (if it is in netpoll
 // mode); the running goroutine calls it before the socket is closed.
@@ -143,7 +133,7 @@ func (c *Conn) unpark() {
 		return
 	}
 	c.wakeAt(time.Time{}) // stops the deadline's timer
-	c.np.p.remove(c)
+	c.np.poller().remove(c)
 }
 
 // poller is one of gust's event loops and its epoll instance. It starts
@@ -154,8 +144,8 @@ type poller struct {
 	epfd    int
 	wakefd  int // an eventfd that ends the loop's wait when the last connection leaves
 	running bool
-	gen     atomic.Uint64 // counts the epoll instances started
-	conns   []*Conn       // by descriptor: the connections in netpoll mode
+	gen     atomic.Uint32 // counts the epoll instances started
+	conns   []*Conn       // by slot (descriptor / number of loops): the connections in netpoll mode
 	n       int           // how many conns holds
 }
 
@@ -176,6 +166,10 @@ func pollerFor(fd int) *poller {
 	return pollers.p[fd%len(pollers.p)]
 }
 
+// slot is descriptor fd's index in its poller's conns: the descriptors of
+// one poller are those equal modulo the number of pollers.
+func slot(fd int) int { return fd / len(pollers.p) }
+
 // register adds c's descriptor to the running epoll instance, once per
 // instance: a connection keeps its registration until it ends, unless the
 // instance fails and a new one starts (a new generation).
@@ -191,24 +185,25 @@ func (p *poller) register(c *Conn) error {
 			return err
 		}
 	}
-	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLOUT | syscall.EPOLLRDHUP | epollET, Fd: int32(np.fd)}
+	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLOUT | syscall.EPOLLRDHUP | epollET, Fd: np.fd}
 	// The descriptor is used under the socket's count, so that it cannot
 	// be closed and reused for another connection meanwhile.
 	if !np.acquire() {
 		return net.ErrClosed
 	}
-	err := syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_ADD, np.fd, &ev)
+	err := syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_ADD, int(np.fd), &ev)
 	np.release()
 	if err != nil {
 		return os.NewSyscallError("epoll_ctl", err)
 	}
-	if np.fd >= len(p.conns) {
-		p.conns = append(p.conns, make([]*Conn, np.fd+1-len(p.conns))...)
+	i := slot(int(np.fd))
+	if i >= len(p.conns) {
+		p.conns = append(p.conns, make([]*Conn, i+1-len(p.conns))...)
 	}
-	if p.conns[np.fd] == nil {
+	if p.conns[i] == nil {
 		p.n++
 	}
-	p.conns[np.fd] = c
+	p.conns[i] = c
 	np.gen = p.gen.Load()
 	return nil
 }
@@ -217,11 +212,12 @@ func (p *poller) register(c *Conn) error {
 func (p *poller) remove(c *Conn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	fd := c.np.fd
-	if fd >= len(p.conns) || p.conns[fd] != c {
+	fd := int(c.np.fd)
+	i := slot(fd)
+	if i >= len(p.conns) || p.conns[i] != c {
 		return
 	}
-	p.conns[fd] = nil
+	p.conns[i] = nil
 	p.n--
 	if p.running {
 		if np := c.np; np.acquire() { // a closed socket has left the epoll instance
@@ -308,10 +304,11 @@ func (p *poller) loop(epfd, wakefd int) {
 				syscall.Read(wakefd, b[:])
 				continue
 			}
-			if fd >= len(p.conns) {
+			i := slot(fd)
+			if i >= len(p.conns) {
 				continue
 			}
-			c := p.conns[fd]
+			c := p.conns[i]
 			if c == nil {
 				continue
 			}

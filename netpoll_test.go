@@ -162,6 +162,15 @@ func TestNetpollParkedConnectionsEnd(t *testing.T) {
 		}, func(t *testing.T, err error) {
 			require.ErrorIs(t, err, os.ErrDeadlineExceeded)
 		}},
+		// The timer that wakes a parked connection is made once and moved.
+		{"read deadline moved", Options{}, func(c *Conn) {
+			c.SetReadDeadline(time.Now().Add(time.Hour))
+			c.SetReadDeadline(time.Time{})
+			c.SetReadDeadline(time.Now().Add(2 * time.Hour))
+			c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+		}, func(t *testing.T, err error) {
+			require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+		}},
 	}
 	for _, tt := range tests {
 		for _, m := range serverModes {

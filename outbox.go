@@ -214,7 +214,7 @@ func (c *Conn) enqueue(it outboxItem) error {
 		m.Queued(c, -1)
 		m.Dropped(c, 1)
 	}
-	if !o.busy && len(o.queue) == o.head && c.rw != nil {
+	if !o.busy && len(o.queue) == o.head && c.rawWrites() {
 		c.writeNowLocked(it)
 		return nil
 	}
@@ -372,7 +372,7 @@ func (c *Conn) closeOutbox() {
 // a connection closed as slow.
 func (c *Conn) drainOutbox() {
 	defer c.inflight.Done()
-	if c.rw != nil {
+	if c.rawWrites() {
 		// What the socket did not take from a write that could not wait
 		// (writeNowLocked) goes first; an event loop that is dispatching
 		// writes its own.

@@ -139,7 +139,7 @@ func (c *Conn) fill() error {
 	}
 	if rd.buf == nil {
 		size := c.cfg.ReadBufferSize
-		if c.idle == nil {
+		if c.idle == nil && c.np == nil {
 			// This connection holds its buffer while it waits (TLS, HTTP/2
 			// streams): keep it small.
 			size = min(size, waitingReadBufferSize)

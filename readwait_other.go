@@ -18,6 +18,8 @@ type rawWriter struct{}
 
 func (c *Conn) initRawWriter() {}
 
-func (w *rawWriter) writeAll(p []byte) (int, error) { panic("unreachable") }
+func (c *Conn) rawWrites() bool { return false }
 
-func (w *rawWriter) tryWrite(p []byte) (int, error) { panic("unreachable") }
+func (c *Conn) writeRaw(p []byte) (int, error) { panic("unreachable") }
+
+func (c *Conn) tryWriteRaw(p []byte) (int, error) { panic("unreachable") }

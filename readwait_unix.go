@@ -28,8 +28,8 @@ const (
 // on a goroutine.
 const loopReadBudget = 16
 
-// idleReader is the part of a Conn that reads through a syscall.RawConn,
-// or, in netpoll mode, through gust's own socket.
+// idleReader is the part of a Conn that reads through a syscall.RawConn
+// (in goroutine mode; netpoll mode reads from gust's own socket).
 type idleReader struct {
 	raw        syscall.RawConn
 	fn         func(fd uintptr) bool // onFD bound once, so that a wait allocates nothing (RawConn)
@@ -43,8 +43,8 @@ type idleReader struct {
 }
 
 func (c *Conn) initIdleReader() {
-	if c.idle != nil {
-		return // netpoll mode's, with its socket
+	if c.np != nil {
+		return // netpoll mode reads from gust's own socket
 	}
 	sc, ok := c.conn.(syscall.Conn)
 	if !ok {
@@ -54,7 +54,7 @@ func (c *Conn) initIdleReader() {
 	if err != nil {
 		return
 	}
-	c.idle = &idleReader{raw: raw, size: max(c.cfg.ReadBufferSize, minReadBufferSize)}
+	c.idle = &idleReader{raw: raw, size: c.idleReadSize()}
 	c.idle.fn = c.idle.onFD
 }
 
@@ -118,8 +118,7 @@ func readFD(fd int, p []byte) (n int, again bool, err error) {
 // netpoll mode it does not wait (mayPark): it returns errPark when there is
 // nothing to read, and the caller parks the connection.
 func (c *Conn) fillIdle() (bool, error) {
-	ir := c.idle
-	if ir == nil {
+	if c.idle == nil && c.np == nil {
 		return false, nil
 	}
 	c.rd.release()
@@ -130,6 +129,9 @@ func (c *Conn) fillIdle() (bool, error) {
 	_, err := c.idleRead(nil, c.mayPark())
 	return true, err
 }
+
+// idleReadSize is the size of the pooled buffer an idle read takes.
+func (c *Conn) idleReadSize() int { return max(c.cfg.ReadBufferSize, minReadBufferSize) }
 
 // tryRead is read on an event loop: it reads what has arrived into p,
 // without waiting, and returns errPark when nothing has, or when the last
@@ -147,9 +149,9 @@ func (c *Conn) tryRead(p []byte) (int, error) {
 // idleRead is the one read of fillIdle and tryRead: into dst, or, when dst
 // is nil, into a fresh pooled buffer that becomes the read buffer; without
 // waiting when park is set (errPark when nothing has arrived). On an event
-// loop it first applies the turn's limits (tryRead).
+// loop it first applies the turn's limits (tryRead). It reads through the
+// idle reader's RawConn, or in netpoll mode from gust's own socket.
 func (c *Conn) idleRead(dst []byte, park bool) (int, error) {
-	ir := c.idle
 	if c.rd.loop {
 		if c.rd.drained {
 			c.hbWaiting()
@@ -160,36 +162,40 @@ func (c *Conn) idleRead(dst []byte, park bool) (int, error) {
 		}
 	}
 	c.hbWaiting()
-	ir.dst, ir.try = dst, park
-	ok, err := c.sockDo(dirRead, ir)
-	if !ok {
-		err = ir.raw.Read(ir.fn)
-	}
-	ir.dst = nil
-	if err != nil {
-		return 0, c.readError(err)
-	}
-	if ir.wouldBlock {
-		ir.wouldBlock = false
-		return 0, errPark
-	}
-	if err := ir.err; err != nil {
-		ir.err = nil
-		if err != io.EOF {
-			err = c.readError(err)
+	var (
+		buf   *[]byte
+		n     int
+		again bool
+		err   error
+	)
+	if c.np != nil {
+		buf, n, again, err = c.sockRead(dst, park)
+	} else {
+		ir := c.idle
+		ir.dst, ir.try = dst, park
+		if err = ir.raw.Read(ir.fn); err == nil {
+			err = ir.err
 		}
+		buf, n, again = ir.buf, ir.n, ir.wouldBlock
+		ir.dst, ir.buf, ir.err, ir.wouldBlock = nil, nil, nil, false
+	}
+	switch {
+	case err == io.EOF:
 		return 0, err
+	case err != nil:
+		return 0, c.readError(err)
+	case again:
+		return 0, errPark
 	}
 	size := len(dst)
 	if dst == nil {
-		c.rd.buf, c.rd.r, c.rd.w = ir.buf, 0, ir.n
-		ir.buf = nil
-		size = ir.size
+		c.rd.buf, c.rd.r, c.rd.w = buf, 0, n
+		size = c.idleReadSize()
 	}
 	c.rd.reads++
-	c.rd.drained = c.rd.loop && ir.n < size
+	c.rd.drained = c.rd.loop && n < size
 	c.hbArrived()
-	return ir.n, c.cork(drainedBatch(ir.n, size))
+	return n, c.cork(drainedBatch(n, size))
 }
 
 // readError wraps err as the net.Conn's own Read would.

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/gustws/gust/internal/bufpool"
 )
 
 // In netpoll mode a connection's socket is gust's own: once the handshake
@@ -31,22 +33,62 @@ const (
 	sockDestroy = 1 << 61
 )
 
-// sock is a connected socket that gust's event loops wait on.
+// sock is a connected socket that gust's event loops wait on, and its
+// connection's state on the loop: the whole of a Conn's part in netpoll
+// mode (netpollState), in 112 bytes.
 type sock struct {
-	fd   int
-	use  atomic.Int64             // sockClosed | number of calls using fd
-	seq  [2]atomic.Uint32         // readiness events seen, per direction
-	dl   [2]atomic.Int64          // read and write deadlines in Unix nanoseconds, 0 for none
-	w    atomic.Pointer[sockWait] // set once a call has waited
-	addr [2]netip.AddrPort        // local and remote, for TCP
-	unix *[2]net.Addr             // local and remote, for a Unix socket
+	use   atomic.Int64              // sockClosed | number of calls using fd
+	dl    [2]atomic.Int64           // read and write deadlines in Unix nanoseconds, 0 for none
+	seq   [2]atomic.Uint32          // readiness events seen, per direction
+	w     atomic.Pointer[sockWaits] // made by the first call that waits, or the first read deadline
+	addrs *[2]net.Addr              // local and remote, when addr cannot hold them (Unix sockets, IPv6 zones)
+	fd    int32
+
+	// The connection on its event loop (netpollState).
+	state atomic.Int32 // npRunning or npParked
+	ready atomic.Bool  // the loop saw the socket turn readable since the last resume
+	gen   uint32       // the poller generation c is registered with; owned by the running goroutine
+
+	addr [2]tcpAddr // local and remote, for TCP
 }
 
-// sockWait is where calls that wait on a sock block; a connection whose
-// calls never wait does not have one.
-type sockWait struct {
-	mu sync.Mutex
-	ch [2]chan struct{} // closed to wake the calls waiting in a direction
+// tcpAddr is a TCP address without an IPv6 zone: netip.AddrPort's 32 bytes
+// in 20.
+type tcpAddr struct {
+	ip   [16]byte
+	port uint16
+	v4   bool
+}
+
+func newTCPAddr(ap netip.AddrPort) tcpAddr {
+	a := ap.Addr()
+	return tcpAddr{ip: a.As16(), port: ap.Port(), v4: a.Is4()}
+}
+
+func (a *tcpAddr) addrPort() netip.AddrPort {
+	ip := netip.AddrFrom16(a.ip)
+	if a.v4 {
+		ip = ip.Unmap()
+	}
+	return netip.AddrPortFrom(ip, a.port)
+}
+
+// sockWaits is where calls that wait on a sock block, and the timer that
+// wakes its parked connection at its read deadline; a connection that never
+// waits and has no read deadline does not have one.
+type sockWaits struct {
+	mu    sync.Mutex
+	ch    [2]chan struct{} // closed to wake the calls waiting in a direction
+	timer *time.Timer      // wakes the parked connection at its read deadline (wakeAt)
+}
+
+// waits returns s's sockWaits, made by the first call.
+func (s *sock) waits() *sockWaits {
+	if w := s.w.Load(); w != nil {
+		return w
+	}
+	s.w.CompareAndSwap(nil, new(sockWaits))
+	return s.w.Load()
 }
 
 // adoptSocket gives c a socket of gust's own in place of its *net.TCPConn
@@ -67,9 +109,13 @@ func (c *Conn) adoptSocket() {
 		if la == nil || ra == nil {
 			return
 		}
-		np.addr = [2]netip.AddrPort{la.AddrPort(), ra.AddrPort()}
+		if la.Zone != "" || ra.Zone != "" {
+			np.addrs = &[2]net.Addr{la, ra}
+		} else {
+			np.addr = [2]tcpAddr{newTCPAddr(la.AddrPort()), newTCPAddr(ra.AddrPort())}
+		}
 	case *net.UnixConn:
-		np.unix = &[2]net.Addr{nc.LocalAddr(), nc.RemoteAddr()}
+		np.addrs = &[2]net.Addr{nc.LocalAddr(), nc.RemoteAddr()}
 	default:
 		return
 	}
@@ -87,10 +133,10 @@ func (c *Conn) adoptSocket() {
 	if cerr != nil || fd < 0 {
 		return
 	}
-	np.fd, np.p = fd, pollerFor(fd)
+	np.fd = int32(fd)
 	orig := c.conn
 	c.conn, c.np = &np.sock, np
-	if err := np.p.register(c); err != nil {
+	if err := np.poller().register(c); err != nil {
 		syscall.Close(fd)
 		c.conn, c.np = orig, nil
 		return
@@ -98,9 +144,57 @@ func (c *Conn) adoptSocket() {
 	// The duplicate shares the socket and its O_NONBLOCK; closing the
 	// original takes it out of the runtime's netpoller.
 	orig.Close()
-	np.ir.size = max(c.cfg.ReadBufferSize, minReadBufferSize)
-	np.rw.c = c
-	c.idle, c.rw = &np.ir, &np.rw
+}
+
+// sockRead reads once from c's own socket (netpoll mode) into dst or, when
+// dst is nil, into a pooled buffer it returns; with try set it does not
+// wait, and again reports that there was nothing to read.
+func (c *Conn) sockRead(dst []byte, try bool) (buf *[]byte, n int, again bool, err error) {
+	if dst == nil {
+		buf = bufpool.Get(c.idleReadSize())
+		dst = *buf
+	}
+	var rerr error
+	done, err := c.np.do(dirRead, try, func(fd int) bool {
+		var again bool
+		n, again, rerr = readFD(fd, dst)
+		return !again
+	})
+	if err == nil {
+		err = rerr
+	}
+	if err != nil || !done {
+		bufpool.Put(buf)
+		return nil, 0, !done && err == nil, err
+	}
+	return buf, n, false, nil
+}
+
+// sockWrite writes p to c's own socket (netpoll mode): what it takes at
+// once when try is set, else all of it, waiting on the event loop under the
+// write timeout, which is armed only for the wait (as rawWriter's).
+func (c *Conn) sockWrite(p []byte, try bool) (int, error) {
+	s := &c.np.sock
+	n, armed := 0, false
+	var werr error
+	_, err := s.do(dirWrite, try, func(fd int) bool {
+		k, again, err := writeFD(fd, p[n:])
+		n, werr = n+k, err
+		if again && !try && !armed {
+			armed = c.armWriteTimeout()
+		}
+		return !again
+	})
+	if armed {
+		s.setDeadline(dirWrite, c.userWriteDeadline())
+	}
+	if err == nil {
+		err = werr
+	}
+	if err != nil {
+		return n, s.opError("write", err)
+	}
+	return n, nil
 }
 
 // acquire counts a call that uses the descriptor; it fails once the sock is
@@ -127,7 +221,7 @@ func (s *sock) release() {
 
 func (s *sock) destroy() {
 	if s.use.CompareAndSwap(sockClosed, sockClosed|sockDestroy) {
-		syscall.Close(s.fd) // which takes it out of the epoll instance
+		syscall.Close(int(s.fd)) // which takes it out of the epoll instance
 	}
 }
 
@@ -176,11 +270,7 @@ func (s *sock) notify(dir int) {
 // seq was read), its deadline passes, or it is closed; the caller then
 // tries again.
 func (s *sock) wait(dir int, seq uint32) {
-	w := s.w.Load()
-	if w == nil {
-		s.w.CompareAndSwap(nil, new(sockWait))
-		w = s.w.Load()
-	}
+	w := s.waits()
 	w.mu.Lock()
 	if s.seq[dir].Load() != seq || s.use.Load()&sockClosed != 0 {
 		w.mu.Unlock()
@@ -212,32 +302,23 @@ func (s *sock) wait(dir int, seq uint32) {
 	t.Stop()
 }
 
-// fdOp is a call on a descriptor that reports whether it is done, or
-// must wait for the socket to turn ready (an idle read, a raw write, a
-// RawConn's function).
-type fdOp interface{ onFD(fd uintptr) bool }
-
-// fdFunc is a RawConn's function as an fdOp.
-type fdFunc func(fd uintptr) bool
-
-func (f fdFunc) onFD(fd uintptr) bool { return f(fd) }
-
-// do calls op with the descriptor until it reports done, waiting for the
-// socket to turn ready in dir in between; it fails when the sock is closed
-// or the direction's deadline has passed, before or while it waits.
-func (s *sock) do(dir int, op fdOp) error {
+// do calls f with the descriptor until it reports done, waiting for the
+// socket to turn ready in dir in between; with try set it calls f once, and
+// reports whether it was done. It fails when the sock is closed or the
+// direction's deadline has passed, before or while it waits.
+func (s *sock) do(dir int, try bool, f func(fd int) bool) (bool, error) {
 	for {
 		if dl := s.dl[dir].Load(); dl != 0 && time.Now().UnixNano() >= dl {
-			return os.ErrDeadlineExceeded
+			return false, os.ErrDeadlineExceeded
 		}
 		seq := s.seq[dir].Load()
 		if !s.acquire() {
-			return net.ErrClosed
+			return false, net.ErrClosed
 		}
-		done := op.onFD(uintptr(s.fd))
+		done := f(int(s.fd))
 		s.release()
-		if done {
-			return nil
+		if done || try {
+			return done, nil
 		}
 		s.wait(dir, seq)
 	}
@@ -250,11 +331,11 @@ func (s *sock) Read(p []byte) (int, error) {
 	}
 	var n int
 	var rerr error
-	err := s.do(dirRead, fdFunc(func(fd uintptr) bool {
+	_, err := s.do(dirRead, false, func(fd int) bool {
 		var again bool
-		n, again, rerr = readFD(int(fd), p)
+		n, again, rerr = readFD(fd, p)
 		return !again
-	}))
+	})
 	if err == nil {
 		err = rerr
 	}
@@ -271,11 +352,11 @@ func (s *sock) Read(p []byte) (int, error) {
 func (s *sock) Write(p []byte) (int, error) {
 	var n int
 	var werr error
-	err := s.do(dirWrite, fdFunc(func(fd uintptr) bool {
-		k, again, err := writeFD(int(fd), p[n:])
+	_, err := s.do(dirWrite, false, func(fd int) bool {
+		k, again, err := writeFD(fd, p[n:])
 		n, werr = n+k, err
 		return !again
-	}))
+	})
 	if err == nil {
 		err = werr
 	}
@@ -291,7 +372,7 @@ func (s *sock) CloseWrite() error {
 		return s.opError("close", net.ErrClosed)
 	}
 	defer s.release()
-	if err := syscall.Shutdown(s.fd, syscall.SHUT_WR); err != nil {
+	if err := syscall.Shutdown(int(s.fd), syscall.SHUT_WR); err != nil {
 		return s.opError("close", os.NewSyscallError("shutdown", err))
 	}
 	return nil
@@ -305,15 +386,15 @@ func (s *sock) LocalAddr() net.Addr { return s.netAddr(0) }
 func (s *sock) RemoteAddr() net.Addr { return s.netAddr(1) }
 
 func (s *sock) netAddr(i int) net.Addr {
-	if s.unix != nil {
-		return s.unix[i]
+	if s.addrs != nil {
+		return s.addrs[i]
 	}
-	return net.TCPAddrFromAddrPort(s.addr[i])
+	return net.TCPAddrFromAddrPort(s.addr[i].addrPort())
 }
 
 func (s *sock) network() string {
-	if s.unix != nil {
-		return "unix"
+	if s.addrs != nil {
+		return s.addrs[0].Network()
 	}
 	return "tcp"
 }
@@ -365,9 +446,11 @@ func (r *rawSock) Control(f func(fd uintptr)) error {
 }
 
 func (r *rawSock) Read(f func(fd uintptr) bool) error {
-	return (*sock)(r).do(dirRead, fdFunc(f))
+	_, err := (*sock)(r).do(dirRead, false, func(fd int) bool { return f(uintptr(fd)) })
+	return err
 }
 
 func (r *rawSock) Write(f func(fd uintptr) bool) error {
-	return (*sock)(r).do(dirWrite, fdFunc(f))
+	_, err := (*sock)(r).do(dirWrite, false, func(fd int) bool { return f(uintptr(fd)) })
+	return err
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"syscall"
 	"testing"
@@ -206,7 +207,8 @@ func TestSockCloseRacesCalls(t *testing.T) {
 func (p *poller) holds(c *Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return c.np.fd < len(p.conns) && p.conns[c.np.fd] == c
+	i := slot(int(c.np.fd))
+	return i < len(p.conns) && p.conns[i] == c
 }
 
 // A Conn closed before its ReadLoop ran (a client that dials and gives up)
@@ -215,8 +217,43 @@ func TestNetpollConnClosedBeforeReadLoopLeavesItsLoop(t *testing.T) {
 	server, _ := tcpPair(t)
 	c := newConn(server, newConfig(Options{Netpoll: true}, true), nil, true, nil, "")
 	require.NotNil(t, c.np)
-	require.True(t, c.np.p.holds(c), "registered with its loop from the start")
+	require.True(t, c.np.poller().holds(c), "registered with its loop from the start")
 	require.NoError(t, c.CloseNow())
-	require.False(t, c.np.p.holds(c))
+	require.False(t, c.np.poller().holds(c))
 	require.Equal(t, int64(sockClosed|sockDestroy), c.np.use.Load(), "the descriptor is closed")
+}
+
+// TestSockAddressesRoundTrip: the compact TCP addresses give back what the
+// socket had, IPv4, IPv6 and IPv4-mapped IPv6 alike.
+func TestSockAddressesRoundTrip(t *testing.T) {
+	for _, s := range []string{"127.0.0.1:80", "[::1]:65535", "[::ffff:10.1.2.3]:1", "[2001:db8::7]:443", "0.0.0.0:0"} {
+		ap := netip.MustParseAddrPort(s)
+		a := newTCPAddr(ap)
+		require.Equal(t, ap, a.addrPort(), s)
+	}
+}
+
+// TestSockKeepsIPv6Addresses: a connection over IPv6 loopback has the
+// addresses its *net.TCPConn had.
+func TestSockKeepsIPv6Addresses(t *testing.T) {
+	ln, err := net.Listen("tcp6", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback here: %v", err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		nc, _ := ln.Accept()
+		accepted <- nc
+	}()
+	client, err := net.Dial("tcp6", ln.Addr().String())
+	require.NoError(t, err)
+	defer client.Close()
+	server := <-accepted
+	require.NotNil(t, server)
+	want := [2]string{server.LocalAddr().String(), server.RemoteAddr().String()}
+	s := netpollSock(t, server)
+	require.Equal(t, want, [2]string{s.LocalAddr().String(), s.RemoteAddr().String()})
+	require.Equal(t, client.LocalAddr().String(), s.RemoteAddr().String())
+	require.Equal(t, "tcp", s.RemoteAddr().Network())
 }

@@ -529,12 +529,12 @@ func (c *Conn) releaseBacklog() {
 // the timeout, and a busy connection pays for one deadline change every
 // few seconds, not one per write.
 func (c *Conn) netWrite(p []byte) (int, error) {
-	if c.rw != nil {
+	if c.rawWrites() {
 		w := &c.wr
 		if w.noWait || w.backlog != nil {
 			return c.netWriteBacklog(p)
 		}
-		return c.rw.writeAll(p)
+		return c.writeRaw(p)
 	}
 	w := &c.wr
 	if d := c.cfg.WriteTimeout; d > 0 {
@@ -564,7 +564,7 @@ func (c *Conn) netWrite(p []byte) (int, error) {
 func (c *Conn) netWriteBacklog(p []byte) (int, error) {
 	w := &c.wr
 	if w.backlog == nil {
-		n, err := c.rw.tryWrite(p)
+		n, err := c.tryWriteRaw(p)
 		if err != nil || n == len(p) {
 			return n, err
 		}
@@ -578,7 +578,7 @@ func (c *Conn) netWriteBacklog(p []byte) (int, error) {
 	if err := c.writeBacklogLocked(); err != nil {
 		return 0, err
 	}
-	return c.rw.writeAll(p)
+	return c.writeRaw(p)
 }
 
 // appendBacklog keeps p after what the backlog holds, its capacity at least
@@ -602,7 +602,7 @@ func (c *Conn) writeBacklogLocked() error {
 	if w.backlog == nil {
 		return nil
 	}
-	_, err := c.rw.writeAll(*w.backlog)
+	_, err := c.writeRaw(*w.backlog)
 	bufpool.Put(w.backlog)
 	w.backlog = nil
 	return err

@@ -21,7 +21,7 @@ import (
 // rawWriter is the part of a Conn that writes through a syscall.RawConn.
 // Its fields are used under the Conn's write lock.
 type rawWriter struct {
-	c     *Conn                 // whose idle reader has the RawConn, outside netpoll mode
+	c     *Conn                 // whose idle reader has the RawConn
 	fn    func(fd uintptr) bool // write bound once, so that a write allocates nothing
 	p     []byte                // what is left to write
 	err   error
@@ -30,8 +30,8 @@ type rawWriter struct {
 }
 
 func (c *Conn) initRawWriter() {
-	if c.rw != nil || c.idle == nil {
-		return // netpoll mode's, with its socket; or no RawConn
+	if c.idle == nil {
+		return // netpoll mode's own socket, or no RawConn
 	}
 	c.rw = &rawWriter{c: c}
 	c.rw.fn = c.rw.onFD
@@ -46,7 +46,7 @@ func (w *rawWriter) onFD(fd uintptr) bool {
 	case err != nil:
 		w.err = err
 	case again && !w.try:
-		w.arm()
+		w.armed = w.c.armWriteTimeout()
 		return false
 	}
 	return true
@@ -72,19 +72,30 @@ func writeFD(fd int, p []byte) (n int, again bool, err error) {
 	return n, false, nil
 }
 
-// arm sets the socket's write deadline before a wait: WriteTimeout from
-// now, or SetWriteDeadline's deadline when it comes sooner.
-func (w *rawWriter) arm() {
-	d := w.c.cfg.WriteTimeout
+// armWriteTimeout sets the socket's write deadline before a write waits:
+// WriteTimeout from now, or SetWriteDeadline's deadline when it comes
+// sooner. It reports false when there is no write timeout (a deadline set
+// with SetWriteDeadline is on the socket already).
+func (c *Conn) armWriteTimeout() bool {
+	d := c.cfg.WriteTimeout
 	if d <= 0 {
-		return // a deadline set with SetWriteDeadline is on the socket already
+		return false
 	}
 	dl := time.Now().Add(d)
-	if u := w.c.wr.userDeadline.Load(); u != 0 && u < dl.UnixNano() {
+	if u := c.wr.userDeadline.Load(); u != 0 && u < dl.UnixNano() {
 		dl = time.Unix(0, u)
 	}
-	w.c.conn.SetWriteDeadline(dl)
-	w.armed = true
+	c.conn.SetWriteDeadline(dl)
+	return true
+}
+
+// userWriteDeadline is SetWriteDeadline's deadline, which the socket gets
+// back once a write that armed the write timeout is done.
+func (c *Conn) userWriteDeadline() time.Time {
+	if u := c.wr.userDeadline.Load(); u != 0 {
+		return time.Unix(0, u)
+	}
+	return time.Time{}
 }
 
 // tryWrite writes what of p the socket takes at once, without waiting.
@@ -98,17 +109,10 @@ func (w *rawWriter) tryWrite(p []byte) (int, error) {
 // writeAll writes p whole, or fails.
 func (w *rawWriter) writeAll(p []byte) (int, error) {
 	w.p, w.err = p, nil
-	ok, err := w.c.sockDo(dirWrite, w)
-	if !ok {
-		err = w.c.idle.raw.Write(w.fn)
-	}
+	err := w.c.idle.raw.Write(w.fn)
 	if w.armed {
 		w.armed = false
-		var dl time.Time
-		if u := w.c.wr.userDeadline.Load(); u != 0 {
-			dl = time.Unix(0, u)
-		}
-		w.c.conn.SetWriteDeadline(dl)
+		w.c.conn.SetWriteDeadline(w.c.userWriteDeadline())
 	}
 	n := len(p) - len(w.p)
 	w.p = nil
@@ -124,4 +128,27 @@ func (w *rawWriter) writeAll(p []byte) (int, error) {
 		return n, &net.OpError{Op: "write", Net: la.Network(), Source: la, Addr: w.c.conn.RemoteAddr(), Err: err}
 	}
 	return n, nil
+}
+
+// rawWrites reports whether c's writes go to its descriptor (through its
+// rawWriter, or its own socket in netpoll mode), so that a write can take
+// what the socket takes at once without waiting (writeRaw with try).
+func (c *Conn) rawWrites() bool { return c.rw != nil || c.np != nil }
+
+// writeRaw writes p whole to c's descriptor, waiting as a write does;
+// rawWrites must be true.
+func (c *Conn) writeRaw(p []byte) (int, error) {
+	if c.np != nil {
+		return c.sockWrite(p, false)
+	}
+	return c.rw.writeAll(p)
+}
+
+// tryWriteRaw writes what of p the socket takes at once, without waiting;
+// rawWrites must be true.
+func (c *Conn) tryWriteRaw(p []byte) (int, error) {
+	if c.np != nil {
+		return c.sockWrite(p, true)
+	}
+	return c.rw.tryWrite(p)
 }
