@@ -35,12 +35,11 @@ type Conn struct {
 	handler     Event
 	server      bool
 	subprotocol string
-	values      values
-	deflate     *deflateState // nil unless permessage-deflate was negotiated
+	values      atomic.Pointer[values] // Set's, made by the first
+	deflate     *deflateState          // nil unless permessage-deflate was negotiated
 
 	rd   readState   // owned by the read goroutine
-	idle *idleReader // waits for bytes without a buffer; nil where unsupported
-	rw   *rawWriter  // writes with a deadline armed only to wait; nil where unsupported
+	idle *idleReader // reads and writes through a RawConn; nil where unsupported, and in netpoll mode
 	wr   writeState
 	np   *netpollState // netpoll mode (Options.Netpoll); nil in goroutine mode
 

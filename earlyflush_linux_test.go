@@ -31,8 +31,8 @@ type sizedRaw struct {
 }
 
 func (r sizedRaw) Write(f func(uintptr) bool) error {
-	if rw := r.s.c.rw; rw != nil && len(rw.p) > 0 {
-		r.s.sizes <- len(rw.p)
+	if ir := r.s.c.idle; ir != nil && len(ir.rw.p) > 0 {
+		r.s.sizes <- len(ir.rw.p)
 	}
 	return r.RawConn.Write(f)
 }

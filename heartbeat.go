@@ -312,7 +312,7 @@ func (c *Conn) queuePing() {
 	if c.wr.streaming.Load() {
 		c.wr.pingDue.Store(true)
 	}
-	o := &c.wr.out
+	o := c.wr.box()
 	o.mu.Lock()
 	if o.state != outboxOpen {
 		o.mu.Unlock()

@@ -65,6 +65,20 @@ type outbox struct {
 	state uint8
 }
 
+// box returns the connection's outbox, made by the first call: most
+// connections never queue a message.
+func (w *writeState) box() *outbox {
+	if o := w.out.Load(); o != nil {
+		return o
+	}
+	w.out.CompareAndSwap(nil, new(outbox))
+	return w.out.Load()
+}
+
+// outboxEnded is the outbox of every connection that ended before it
+// queued anything: closed, so that nothing is ever queued in it.
+var outboxEnded = &outbox{state: outboxClosed}
+
 const (
 	outboxOpen    = iota
 	outboxClosing // closed as slow: the writer sends the close frame
@@ -183,7 +197,7 @@ func (c *Conn) enqueue(it outboxItem) error {
 	if c.netDone.Load() || c.closing.Load() {
 		return errClosed
 	}
-	o := &c.wr.out
+	o := c.wr.box()
 	var dropped outboxItem
 	o.mu.Lock()
 	if o.state != outboxOpen {
@@ -235,7 +249,7 @@ func (c *Conn) enqueue(it outboxItem) error {
 // not take at once goes to the connection's backlog, which a writer
 // goroutine writes under the write timeout before anything else).
 func (c *Conn) writeNowLocked(it outboxItem) {
-	o := &c.wr.out
+	o := c.wr.box()
 	c.startWriterLocked()
 	o.mu.Unlock()
 	w := &c.wr
@@ -279,7 +293,7 @@ func (c *Conn) writeNowLocked(it outboxItem) {
 // under o.mu, so that the writer's report of taking the message comes after
 // it: the sum of Queued never goes below 0.
 func (c *Conn) pushLocked(it outboxItem) {
-	o := &c.wr.out
+	o := c.wr.box()
 	o.queue = append(roomFor(o.queue), it)
 	if m := c.cfg.Metrics; m != nil {
 		m.Queued(c, 1)
@@ -304,7 +318,7 @@ func (c *Conn) dropped(n int) {
 // while the outbox is open, so that finish (which closes the outbox first)
 // waits for it.
 func (c *Conn) startWriterLocked() bool {
-	o := &c.wr.out
+	o := c.wr.box()
 	if o.busy {
 		return false
 	}
@@ -332,7 +346,7 @@ func (o *outbox) dropOldestLocked() outboxItem {
 // the reason is recorded for OnClose, and the writer sends the close frame
 // once the batch it may be writing is out.
 func (c *Conn) closeSlowLocked() error {
-	o := &c.wr.out
+	o := c.wr.box()
 	all := o.queue
 	discarded := all[o.head:]
 	o.queue, o.head = nil, 0
@@ -361,7 +375,13 @@ func (c *Conn) closeSlowLocked() error {
 // closeOutbox refuses further messages once the connection has ended; a
 // running writer still gives what is queued its error.
 func (c *Conn) closeOutbox() {
-	o := &c.wr.out
+	if c.wr.out.CompareAndSwap(nil, outboxEnded) {
+		return
+	}
+	o := c.wr.out.Load()
+	if o == outboxEnded {
+		return
+	}
 	o.mu.Lock()
 	o.state = outboxClosed
 	o.mu.Unlock()
@@ -383,7 +403,7 @@ func (c *Conn) drainOutbox() {
 		}
 		w.mu.Unlock()
 	}
-	o := &c.wr.out
+	o := c.wr.box()
 	var spare []outboxItem // the last batch's slice, for the queue to reuse
 	o.mu.Lock()
 	for {

@@ -231,9 +231,10 @@ func TestOutboxDropOldestKeepsTheLatest(t *testing.T) {
 	for i := range 1000 {
 		require.NoError(t, c.WriteAsync(OpText, []byte{byte('0' + i%10)}, nil))
 	}
-	c.wr.out.mu.Lock()
-	require.LessOrEqual(t, cap(c.wr.out.queue), 16)
-	c.wr.out.mu.Unlock()
+	o := c.wr.box()
+	o.mu.Lock()
+	require.LessOrEqual(t, cap(o.queue), 16)
+	o.mu.Unlock()
 	g.open()
 	require.Eventually(t, func() bool { fs, _ := g.frames(t); return len(fs) == 5 }, 5*time.Second, time.Millisecond)
 	fs, _ := g.frames(t)

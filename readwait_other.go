@@ -12,9 +12,7 @@ func (c *Conn) fillIdle() (bool, error) { return false, nil }
 
 func (c *Conn) tryRead(p []byte) (int, error) { panic("unreachable") }
 
-// rawWriter is not used where syscall.RawConn writes are not available:
-// writes go through the net.Conn, under a deadline moved as they go.
-type rawWriter struct{}
+// Writes go through the net.Conn, under a deadline moved as they go.
 
 func (c *Conn) initRawWriter() {}
 

@@ -40,6 +40,8 @@ type idleReader struct {
 	buf        *[]byte
 	n          int
 	err        error
+
+	rw rawWriter // writes through the same RawConn
 }
 
 func (c *Conn) initIdleReader() {

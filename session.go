@@ -2,8 +2,8 @@ package gust
 
 import "sync"
 
-// values is a connection's key-value storage, safe for concurrent use; it
-// holds no map until the first Set.
+// values is a connection's key-value storage, safe for concurrent use,
+// made by the first Set.
 type values struct {
 	mu sync.Mutex // not an RWMutex: every Conn holds one, and values are rarely contended
 	m  map[string]any
@@ -11,7 +11,10 @@ type values struct {
 
 // Get returns the value stored on the connection under key, if any.
 func (c *Conn) Get(key string) (value any, ok bool) {
-	v := &c.values
+	v := c.values.Load()
+	if v == nil {
+		return nil, false
+	}
 	v.mu.Lock()
 	value, ok = v.m[key]
 	v.mu.Unlock()
@@ -22,18 +25,22 @@ func (c *Conn) Get(key string) (value any, ok bool) {
 // per-connection data such as a user ID or a room. It is safe to call from
 // any goroutine. An idle connection with nothing stored holds no map.
 func (c *Conn) Set(key string, value any) {
-	v := &c.values
-	v.mu.Lock()
-	if v.m == nil {
-		v.m = make(map[string]any)
+	v := c.values.Load()
+	if v == nil {
+		c.values.CompareAndSwap(nil, &values{m: make(map[string]any)})
+		v = c.values.Load()
 	}
+	v.mu.Lock()
 	v.m[key] = value
 	v.mu.Unlock()
 }
 
 // Delete removes what is stored under key.
 func (c *Conn) Delete(key string) {
-	v := &c.values
+	v := c.values.Load()
+	if v == nil {
+		return
+	}
 	v.mu.Lock()
 	delete(v.m, key)
 	v.mu.Unlock()

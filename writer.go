@@ -36,8 +36,8 @@ type writeState struct {
 	err       error       // sticky: a failed write leaves the stream unusable
 	hdr       [maxHeaderSize]byte
 
-	out        outbox      // its own lock: queueing never waits for the socket
-	maskSource *maskSource // a client's, made by its first frame
+	out        atomic.Pointer[outbox] // made by the first message queued (box); its own lock: queueing never waits for the socket
+	maskSource *maskSource            // a client's, made by its first frame
 
 	// The write timeout: the socket's write deadline is moved forward at
 	// most every quarter of Options.WriteTimeout, not at every write.

@@ -33,8 +33,8 @@ func (c *Conn) initRawWriter() {
 	if c.idle == nil {
 		return // netpoll mode's own socket, or no RawConn
 	}
-	c.rw = &rawWriter{c: c}
-	c.rw.fn = c.rw.onFD
+	w := &c.idle.rw
+	w.c, w.fn = c, w.onFD
 }
 
 // onFD is called with the descriptor: it writes until p is gone, or arms
@@ -133,7 +133,7 @@ func (w *rawWriter) writeAll(p []byte) (int, error) {
 // rawWrites reports whether c's writes go to its descriptor (through its
 // rawWriter, or its own socket in netpoll mode), so that a write can take
 // what the socket takes at once without waiting (writeRaw with try).
-func (c *Conn) rawWrites() bool { return c.rw != nil || c.np != nil }
+func (c *Conn) rawWrites() bool { return c.idle != nil || c.np != nil }
 
 // writeRaw writes p whole to c's descriptor, waiting as a write does;
 // rawWrites must be true.
@@ -141,7 +141,7 @@ func (c *Conn) writeRaw(p []byte) (int, error) {
 	if c.np != nil {
 		return c.sockWrite(p, false)
 	}
-	return c.rw.writeAll(p)
+	return c.idle.rw.writeAll(p)
 }
 
 // tryWriteRaw writes what of p the socket takes at once, without waiting;
@@ -150,5 +150,5 @@ func (c *Conn) tryWriteRaw(p []byte) (int, error) {
 	if c.np != nil {
 		return c.sockWrite(p, true)
 	}
-	return c.rw.tryWrite(p)
+	return c.idle.rw.tryWrite(p)
 }
