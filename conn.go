@@ -34,20 +34,21 @@ type Conn struct {
 	cfg         *config
 	handler     Event
 	server      bool
+	sentCode    StatusCode // the code of the close frame gust sent, once sent; guarded by wr.mu
 	subprotocol string
 	values      atomic.Pointer[values] // Set's, made by the first
 	deflate     *deflateState          // nil unless permessage-deflate was negotiated
 
-	rd   readState   // owned by the read goroutine
+	rd   *readState  // owned by the read goroutine; see allocConn
 	idle *idleReader // reads and writes through a RawConn; nil where unsupported, and in netpoll mode
 	wr   writeState
 	np   *netpollState // netpoll mode (Options.Netpoll); nil in goroutine mode
 
-	started  atomic.Bool
-	closing  atomic.Bool           // a close frame has been sent: incoming messages are dropped
-	sentCode StatusCode            // the code of the close frame gust sent, once sent; guarded by wr.mu
-	netDone  atomic.Bool           // the net.Conn has been closed
-	err      atomic.Pointer[error] // the first error that ended the connection outside the read loop
+	started atomic.Bool
+	closing atomic.Bool           // a close frame has been sent: incoming messages are dropped
+	netDone atomic.Bool           // the net.Conn has been closed
+	trackAt int32                 // its index in tracker.conns, under the tracker's lock
+	err     atomic.Pointer[error] // the first error that ended the connection outside the read loop
 
 	pings pingSet    // Pings waiting for their pongs
 	hb    *heartbeat // its place in the heartbeats' wheel while ReadLoop runs, if Options.PingInterval is set
@@ -59,9 +60,48 @@ type Conn struct {
 }
 
 func newConn(nc net.Conn, cfg *config, h Event, server bool, buffered []byte, subprotocol string) *Conn {
-	c := &Conn{cfg: cfg, handler: h, server: server}
+	c := allocConn(cfg, h, server)
 	c.attach(nc, buffered, subprotocol)
 	return c
+}
+
+// allocConn makes a Conn. In goroutine mode its read state is part of the
+// same allocation. In netpoll mode the read state comes from a pool when
+// the connection reads (takeRead), and goes back while it is parked with
+// nothing in progress (putRead): an idle connection does not hold one.
+func allocConn(cfg *config, h Event, server bool) *Conn {
+	if cfg.Netpoll {
+		return &Conn{cfg: cfg, handler: h, server: server}
+	}
+	cr := &struct {
+		c  Conn
+		rd readState
+	}{c: Conn{cfg: cfg, handler: h, server: server}}
+	cr.c.rd = &cr.rd
+	return &cr.c
+}
+
+// readStates holds the read states of parked connections (netpoll mode).
+var readStates = sync.Pool{New: func() any { return new(readState) }}
+
+// takeRead gives c a read state, if it has none; only the goroutine that
+// reads c calls it.
+func (c *Conn) takeRead() {
+	if c.rd == nil {
+		c.rd = readStates.Get().(*readState)
+	}
+}
+
+// putRead gives c's read state back to the pool when nothing is in
+// progress in it (no bytes, no message, no frame); c is about to park.
+func (c *Conn) putRead() {
+	rd := c.rd
+	if rd == nil || rd.buf != nil || rd.msg != nil || rd.slab != nil || rd.op != 0 || rd.inFrame || rd.corked || rd.closed || rd.streaming {
+		return
+	}
+	*rd = readState{}
+	readStates.Put(rd)
+	c.rd = nil
 }
 
 // newPendingConn makes the Conn a server handshake hands to
@@ -71,7 +111,7 @@ func newConn(nc net.Conn, cfg *config, h Event, server bool, buffered []byte, su
 // its own memory, so that a refused handshake simply drops it. open gives
 // it its connection.
 func newPendingConn(cfg *config, h Event) *Conn {
-	c := &Conn{cfg: cfg, handler: h, server: true}
+	c := allocConn(cfg, h, true)
 	c.netDone.Store(true) // WriteAsync and CloseNow refuse, as on a Conn that ended
 	return c
 }
@@ -95,6 +135,7 @@ func (c *Conn) attach(nc net.Conn, buffered []byte, subprotocol string) {
 	c.conn, c.subprotocol = nc, subprotocol
 	cfg := c.cfg
 	if len(buffered) > 0 {
+		c.takeRead()
 		c.rd.buf = bufpool.Get(max(cfg.ReadBufferSize, len(buffered)))
 		c.rd.w = copy(*c.rd.buf, buffered)
 	}
@@ -122,6 +163,7 @@ func (c *Conn) ReadLoop() {
 	if c.conn == nil || !c.started.CompareAndSwap(false, true) {
 		return
 	}
+	c.takeRead()
 	c.opened()
 	c.startHeartbeat()
 	c.serve(true)
@@ -303,7 +345,9 @@ func (c *Conn) finish(err error) {
 		c.deflate.release()
 	}
 	c.wr.mu.Unlock()
-	c.rd.releaseAll()
+	if c.rd != nil {
+		c.rd.releaseAll()
+	}
 	c.closeOutbox()
 	c.inflight.Wait()
 	if rec := c.recorded(); rec != nil {

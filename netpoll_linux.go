@@ -60,6 +60,12 @@ func (c *Conn) park() bool {
 	if err := np.poller().register(c); err != nil {
 		return true // still running: the next read reports why
 	}
+	// Once parked, c may be resumed on another goroutine at once: its read
+	// state goes back before.
+	c.putRead()
+	if h := parkHook.Load(); h != nil {
+		(*h)(c, c.rd != nil)
+	}
 	np.state.Store(npParked)
 	// Whatever came while this goroutine was on its way here found c
 	// running and did not resume it: bytes (ready), a socket closed by
@@ -67,13 +73,22 @@ func (c *Conn) park() bool {
 	// whose timer fired.
 	d := np.dl[dirRead].Load() // the read deadline
 	missed := np.ready.Swap(false) || c.netDone.Load() || (d != 0 && time.Now().UnixNano() >= d)
-	return missed && np.state.CompareAndSwap(npParked, npRunning)
+	if missed && np.state.CompareAndSwap(npParked, npRunning) {
+		c.takeRead()
+		return true
+	}
+	return false
 }
+
+// parkHook, set by tests, is called by each connection that parks, with
+// whether it keeps its read state.
+var parkHook atomic.Pointer[func(c *Conn, holdsRead bool)]
 
 // resume serves a parked connection again, on a goroutine the event loop
 // (or whatever woke it) started for it.
 func (c *Conn) resume() {
 	c.np.ready.Store(false) // the reads below see whatever made it ready
+	c.takeRead()
 	c.rd.loop = false
 	c.serve(false)
 }
@@ -82,6 +97,7 @@ func (c *Conn) resume() {
 // it readable.
 func (c *Conn) resumeOnLoop() {
 	c.np.ready.Store(false)
+	c.takeRead()
 	c.rd.startTurn()
 	c.serve(false)
 }

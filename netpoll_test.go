@@ -202,23 +202,52 @@ func TestNetpollFrameInPiecesParksBetween(t *testing.T) {
 		h := newEcho()
 		addr := m.start(t, h, nil)
 		c := dialRaw(t, addr, nil)
-		h.waitOpen(t)
+		sc := h.waitOpen(t)
+		// parked waits until sc has parked again and reports whether it
+		// kept its read state.
+		var held atomic.Bool
+		var parks atomic.Int64
+		hook := func(c *Conn, holds bool) {
+			if c == sc {
+				held.Store(holds)
+				parks.Add(1)
+			}
+		}
+		parkHook.Store(&hook)
+		defer parkHook.Store(nil)
+		// send sends b and returns a function that waits until sc has
+		// parked after it, and reports whether it kept its read state.
+		send := func(b []byte) (parked func() bool) {
+			n := parks.Load()
+			c.send(b)
+			return func() bool {
+				require.Eventually(t, func() bool {
+					return parks.Load() > n && goroutinesIn("gust.(*Conn).serve") == 0 && sc.np.state.Load() == npParked
+				}, 5*time.Second, time.Millisecond, "parked")
+				return held.Load()
+			}
+		}
+		parked := send(frame(0x89, nil))
+		c.readFrame()
+		require.False(t, parked(), "an idle connection holds no read state")
 		payload := bytes.Repeat([]byte("piece by piece "), 20) // 300 bytes: a 16-bit length
-		stream := append(frame(0x89, []byte("ping")), frame(0x81, payload)...)
-		cuts := []int{1, 2, 3, 5, 6, 9, 10, 12, 13, 50, 200, len(stream) - 1}
+		ping := frame(0x89, []byte("ping"))
+		stream := append(ping, frame(0x81, payload)...)
+		cuts := []int{1, 2, 3, 5, 6, 9, len(ping), 12, 13, 50, 200, len(stream) - 1}
 		prev := 0
 		for _, cut := range cuts {
-			c.send(stream[prev:cut])
+			parked := send(stream[prev:cut])
 			prev = cut
-			require.Eventually(t, func() bool { return goroutinesIn("gust.(*Conn).serve") == 0 },
-				5*time.Second, time.Millisecond, "a goroutine waits for the rest of a frame (cut at %d)", cut)
+			// Between the frames nothing is in progress.
+			require.Equal(t, cut != len(ping), parked(), "a connection parked in a frame keeps its read state (cut at %d)", cut)
 		}
-		c.send(stream[prev:])
+		parked = send(stream[prev:])
 		b0, p, err := c.readFrame()
 		require.NoError(t, err)
 		require.Equal(t, byte(0x8a), b0, "the pong")
 		require.Equal(t, []byte("ping"), p)
 		c.expectMessage(OpText, payload)
+		require.False(t, parked(), "the read state goes back once the message is whole")
 	})
 }
 

@@ -131,7 +131,7 @@ func (c *Conn) mayPark() bool {
 
 // fill reads more bytes into the read buffer, making room at its end first.
 func (c *Conn) fill() error {
-	rd := &c.rd
+	rd := c.rd
 	if rd.r == rd.w {
 		if ok, err := c.fillIdle(); ok {
 			return err
@@ -191,7 +191,7 @@ type frameHeader struct {
 // It resumes where the last call stopped: a call that returned errPark or
 // errHandoff (netpoll mode) left the frame in progress in c.rd.
 func (c *Conn) readFrames() error {
-	rd := &c.rd
+	rd := c.rd
 	h := &rd.hdr
 	for {
 		if !rd.inFrame {
@@ -221,7 +221,7 @@ func yielded(err error) bool { return err == errPark || err == errHandoff }
 // returned by value would be copied through memory at every frame, since
 // its key array keeps it out of registers).
 func (c *Conn) readHeader(h *frameHeader) error {
-	rd := &c.rd
+	rd := c.rd
 	*h = frameHeader{}
 	if err := c.ensure(2); err != nil {
 		if yielded(err) {
@@ -298,7 +298,7 @@ func (c *Conn) readHeader(h *frameHeader) error {
 
 // readControl reads a control frame's payload and handles the frame.
 func (c *Conn) readControl(op Opcode, n int, key [4]byte) error {
-	rd := &c.rd
+	rd := c.rd
 	if err := c.ensure(n); err != nil {
 		return noEOF(err)
 	}
@@ -360,7 +360,7 @@ func (c *Conn) unmask(dst, src []byte, key [4]byte, pos int) int {
 // With Options.StreamThreshold set, a message that grows past it is handed
 // to OnMessage as a stream instead (streamMessage).
 func (c *Conn) readData(h *frameHeader) error {
-	rd := &c.rd
+	rd := c.rd
 	limit := c.maxMessageSize()
 	threshold := c.cfg.StreamThreshold
 	if !rd.begun {
@@ -526,7 +526,7 @@ func isTooBig(err error) bool {
 // inflateMessage replaces the compressed message in rd.msg with its
 // inflated bytes, checking size and text as they come out.
 func (c *Conn) inflateMessage() error {
-	rd := &c.rd
+	rd := c.rd
 	var v *utf8.Validator
 	if rd.op == OpText && !c.cfg.SkipUTF8Validation {
 		v = &rd.utf8

@@ -11,8 +11,9 @@ const goingAwayReason = "server shutting down"
 
 // tracker keeps the connections an Upgrader made, so that Shutdown and
 // Close can reach them; a Server uses its embedded Upgrader's tracker for
-// its own connections too. A connection costs one map insert when it is
-// made and one delete when it ends, and no goroutine.
+// its own connections too. A connection costs a slot in a slice (8 bytes)
+// and its index in the Conn, an append when it is made and a swap with the
+// last when it ends, and no goroutine.
 //
 // The life of a connection in the tracker: begin reserves its place before
 // the handshake (and fails once a shutdown has started), then add hands the
@@ -23,7 +24,7 @@ type tracker struct {
 
 	mu    sync.Mutex
 	cut   bool // Close, or Shutdown's context ended: add cuts the Conn at once
-	conns map[*Conn]struct{}
+	conns []*Conn        // each at its c.trackAt
 	wg    sync.WaitGroup // one per place begin reserved and end or forget has not given back
 }
 
@@ -48,10 +49,8 @@ func (t *tracker) end() { t.wg.Done() }
 // ends c at once and returns false.
 func (t *tracker) add(c *Conn) bool {
 	t.mu.Lock()
-	if t.conns == nil {
-		t.conns = make(map[*Conn]struct{})
-	}
-	t.conns[c] = struct{}{}
+	c.trackAt = int32(len(t.conns))
+	t.conns = append(t.conns, c)
 	c.tracker = t
 	cut, closing := t.cut, t.closing.Load()
 	t.mu.Unlock()
@@ -68,17 +67,22 @@ func (t *tracker) add(c *Conn) bool {
 // forget drops c, whose OnClose has returned.
 func (t *tracker) forget(c *Conn) {
 	t.mu.Lock()
-	delete(t.conns, c)
+	if i := int(c.trackAt); i < len(t.conns) && t.conns[i] == c {
+		last := len(t.conns) - 1
+		t.conns[i] = t.conns[last]
+		t.conns[i].trackAt = int32(i)
+		t.conns[last] = nil
+		t.conns = t.conns[:last]
+		if cap(t.conns) > 256 && len(t.conns) < cap(t.conns)/4 {
+			t.conns = append([]*Conn(nil), t.conns...) // give back what a crowd that left used
+		}
+	}
 	t.mu.Unlock()
 	t.wg.Done()
 }
 
 func (t *tracker) snapshotLocked() []*Conn {
-	conns := make([]*Conn, 0, len(t.conns))
-	for c := range t.conns {
-		conns = append(conns, c)
-	}
-	return conns
+	return append([]*Conn(nil), t.conns...)
 }
 
 // shutdown sends a close frame with 1001 to every connection, each on a

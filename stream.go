@@ -54,7 +54,7 @@ const streamReaderSize = 32 << 10
 // returns, so that the next message starts on a frame boundary and a
 // compressed stream's window stays in step.
 func (c *Conn) streamMessage(fin bool, length int64, key [4]byte) error {
-	rd := &c.rd
+	rd := c.rd
 	rd.streaming = true // its reads wait, in netpoll mode too
 	defer func() { rd.streaming = false }()
 	sm := &streamedMessage{Message: Message{Opcode: rd.op, streamed: true},
@@ -235,7 +235,7 @@ func (s *msgStream) readRaw(p []byte) (int, error) {
 		return 0, nil
 	}
 	c := s.c
-	rd := &c.rd
+	rd := c.rd
 	p = p[:min(int64(len(p)), s.remaining)]
 	if rd.w == rd.r && len(p) >= c.cfg.ReadBufferSize/2 {
 		// Large and nothing buffered: read straight into p.

@@ -23,18 +23,12 @@ const (
 // writeState is the write side of a Conn, guarded by mu.
 type writeState struct {
 	mu        sync.Mutex
-	buf       *[]byte // corked bytes; nil when nothing is corked
-	corked    bool    // the read goroutine is dispatching: append, flush later
-	noWait    bool    // an event loop is dispatching: no write may wait (netWrite)
-	backlog   *[]byte // what the socket did not take while no write could wait
-	early     bool    // flush once at earlyFlushSize: the read drained the socket (drainedBatch)
-	closeSent bool
-	closed    bool
-	streaming atomic.Bool // a NextWriter is open: other data messages wait; set under mu
-	streamEnd *sync.Cond  // signalled when it closes, or the connection ends; made by the first wait
-	pingDue   atomic.Bool // a heartbeat ping for the open NextWriter to send between fragments
+	buf       *[]byte     // corked bytes; nil when nothing is corked
+	backlog   *[]byte     // what the socket did not take while no write could wait
+	streamEnd *sync.Cond  // signalled when the NextWriter closes, or the connection ends; made by the first wait
 	err       error       // sticky: a failed write leaves the stream unusable
-	hdr       [maxHeaderSize]byte
+	streaming atomic.Bool // a NextWriter is open: other data messages wait; set under mu
+	pingDue   atomic.Bool // a heartbeat ping for the open NextWriter to send between fragments
 
 	out        atomic.Pointer[outbox] // made by the first message queued (box); its own lock: queueing never waits for the socket
 	maskSource *maskSource            // a client's, made by its first frame
@@ -44,6 +38,13 @@ type writeState struct {
 	refreshAt    int64        // when the deadline is next moved, in Unix nanoseconds
 	userDeadline atomic.Int64 // Unix ns of SetWriteDeadline's deadline; 0 for none
 	userChanged  atomic.Bool  // SetWriteDeadline was called since the last move
+
+	hdr       [maxHeaderSize]byte
+	corked    bool // the read goroutine is dispatching: append, flush later
+	noWait    bool // an event loop is dispatching: no write may wait (netWrite)
+	early     bool // flush once at earlyFlushSize: the read drained the socket (drainedBatch)
+	closeSent bool
+	closed    bool
 }
 
 // WriteMessage sends p as one message of type op (OpText or OpBinary). For
