@@ -23,7 +23,7 @@ type tracker struct {
 	closing atomic.Bool // Shutdown or Close has started: begin fails
 
 	mu    sync.Mutex
-	cut   bool // Close, or Shutdown's context ended: add cuts the Conn at once
+	cut   bool           // Close, or Shutdown's context ended: add cuts the Conn at once
 	conns []*Conn        // each at its c.trackAt
 	wg    sync.WaitGroup // one per place begin reserved and end or forget has not given back
 }
