@@ -23,6 +23,8 @@ type Config struct {
 	// Window is the number of messages in flight per connection (default 1).
 	Window int
 	// Rate limits the messages per second per connection; 0 means as fast as the window allows.
+	// The connections' schedules are shifted by their share of one period, so that their
+	// messages are spread evenly over it.
 	Rate float64
 	// Duration of the measured phase, after every connection is up (default 10s).
 	Duration time.Duration

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"runtime"
@@ -235,8 +236,11 @@ func (c *wsConn) writeLoop(start <-chan struct{}) {
 			continue
 		}
 		if r.cfg.Rate > 0 {
-			elapsed := time.Since(r.startTime).Seconds()
-			allowed := int64(elapsed*r.cfg.Rate) + 1 - sent
+			// Each connection's schedule is shifted by its share of one period, so that
+			// the connections send evenly spread over it, not all at each tick.
+			phase := float64(c.id%r.cfg.Conns) / float64(r.cfg.Conns) / r.cfg.Rate
+			elapsed := time.Since(r.startTime).Seconds() - phase
+			allowed := int64(math.Floor(elapsed*r.cfg.Rate)) + 1 - sent
 			if allowed <= 0 {
 				wait := time.Duration((float64(sent)/r.cfg.Rate - elapsed) * float64(time.Second))
 				if timer == nil {
