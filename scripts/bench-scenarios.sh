@@ -9,6 +9,8 @@ message_scenario_flags() {
 	c) echo "-c 1000 -w 1 -p 1024" ;;       # request/response
 	c5) echo "-c 5000 -w 1 -p 1024" ;;      # the same at 5,000 connections (published Go benchmarks)
 	c20) echo "-c 19500 -w 1 -p 1024" ;;    # and at ~20,000 (one process may hold 20,000 descriptors)
+	l5) echo "-c 5000 -w 1 -p 1024 -r 8" ;;  # c5 at a fixed 40,000 msg/s, about half what saturates this machine: latency
+	l20) echo "-c 19500 -w 1 -p 1024 -r 2" ;; # c20 at a fixed 39,000 msg/s
 	d) echo "-c 1 -w 4 -p 1048576 -binary" ;; # 1 MiB messages
 	f) echo "-c 4 -w 150 -p 1024" ;;        # sockety-style QPS
 	*) return 1 ;;

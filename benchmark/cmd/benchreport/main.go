@@ -77,6 +77,10 @@ var scenarios = []scenario{
 	{"c", "1,000 connections, 1 KiB text, one in flight (request/response)", "msg/s", "msg/s", func(r result) float64 { return r.MsgPerSec }, false, "", nil},
 	{"c5", "5,000 connections, 1 KiB text, one in flight (request/response)", "msg/s", "msg/s", func(r result) float64 { return r.MsgPerSec }, false, "", nil},
 	{"c20", "19,500 connections, 1 KiB text, one in flight (request/response; one process may hold 20,000 descriptors)", "msg/s", "msg/s", func(r result) float64 { return r.MsgPerSec }, false, "", nil},
+	{"l5", "5,000 connections, 1 KiB text, one in flight, 8 a second each: request/response at a fixed 40,000 msg/s, below saturation", "p99 ms", "ms",
+		func(r result) float64 { return r.LatP99Ms }, true, "gust", nil},
+	{"l20", "19,500 connections, 1 KiB text, one in flight, 2 a second each: request/response at a fixed 39,000 msg/s, below saturation", "p99 ms", "ms",
+		func(r result) float64 { return r.LatP99Ms }, true, "gust", nil},
 	{"d", "1 connection, 1 MiB binary, 4 in flight", "MB/s", "MB/s", func(r result) float64 { return r.MBPerSec }, false, "", nil},
 	{"e", "10,000 idle connections after the handshake", "heap KiB per connection", "KiB", func(r result) float64 { return r.HeapPerConn }, true, "", nil},
 	{"f", "request/response, 600 in flight over 4 connections, 1 KiB (sockety-style QPS)", "QPS", "QPS", func(r result) float64 { return r.MsgPerSec }, false, "", nil},
@@ -409,6 +413,24 @@ func table(sc scenario, names []string, aggs map[string]*agg) string {
 			{"RSS KiB / conn", func(a *agg) string { return withRange(a, rss) }},
 			{"RSS × " + base, func(a *agg) string { return ratio(a, gws, rss) }},
 			{"goroutines / conn", ms(func(r result) float64 { return r.GoroutinesPer })},
+		}
+	case "l5", "l20":
+		cols = []col{main, xg, p50,
+			{"max ms", ms(func(r result) float64 { return r.LatMaxMs })},
+			{"msg/s", func(a *agg) string { return withRange(a, func(r result) float64 { return r.MsgPerSec }) }},
+			cpuPerM,
+			{"server CPU %", func(a *agg) string {
+				if !a.ok() {
+					return "—"
+				}
+				return fmt.Sprintf("%.0f", a.median(func(r result) float64 { return r.CPUPercent }))
+			}},
+			{"client CPU %", func(a *agg) string {
+				if !a.ok() {
+					return "—"
+				}
+				return fmt.Sprintf("%.0f", a.median(func(r result) float64 { return r.ClientCPU }))
+			}},
 		}
 	case "f":
 		best := bestPeer(names, aggs, sc.value)
