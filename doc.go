@@ -216,7 +216,10 @@
 // a streamed message's handler) is served by a goroutine until it is idle
 // again. The socket becomes gust's own after the handshake (its descriptor
 // duplicated, the *net.TCPConn closed), so [Conn.NetConn] is a net.Conn of
-// gust's. Choose it for many mostly idle connections. TLS connections,
+// gust's. An idle connection then costs about 0.4 KiB of heap (its Conn,
+// its socket and its place on the loop; its read state goes back to a pool
+// while it is parked) against about 1.5 KiB and a goroutine's stack in
+// goroutine mode. Choose it for many mostly idle connections. TLS connections,
 // HTTP/2 streams and wrapped conns, and every connection off Linux, stay in
 // goroutine mode.
 //

@@ -155,10 +155,11 @@ type Options struct {
 
 	// Netpoll turns on netpoll mode (Linux; elsewhere it is ignored): a
 	// connection with nothing to read holds no goroutine and no buffer,
-	// only its Conn and its socket, parked on one of gust's event loops
-	// (one per GOMAXPROCS, each with its own epoll instance). When bytes
-	// arrive, the loop reads them into a pooled buffer, parses them and
-	// calls the callbacks itself, then parks the connection again. A frame
+	// only its Conn and its socket (about 0.4 KiB), parked on one of
+	// gust's event loops (one per GOMAXPROCS, each with its own epoll
+	// instance). When bytes arrive, the loop reads them into a pooled
+	// buffer, parses them and calls the callbacks itself, then parks the
+	// connection again. A frame
 	// that arrives in pieces is parsed as far as its bytes go and resumed
 	// at the next arrival, holding no more than the frame needs meanwhile.
 	// ReadLoop returns as soon as the connection is first idle; OnClose is
