@@ -240,17 +240,7 @@ func TestSockKeepsIPv6Addresses(t *testing.T) {
 	if err != nil {
 		t.Skipf("no IPv6 loopback here: %v", err)
 	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		nc, _ := ln.Accept()
-		accepted <- nc
-	}()
-	client, err := net.Dial("tcp6", ln.Addr().String())
-	require.NoError(t, err)
-	defer client.Close()
-	server := <-accepted
-	require.NotNil(t, server)
+	server, client := tcpPairOn(t, ln)
 	want := [2]string{server.LocalAddr().String(), server.RemoteAddr().String()}
 	s := netpollSock(t, server)
 	require.Equal(t, want, [2]string{s.LocalAddr().String(), s.RemoteAddr().String()})

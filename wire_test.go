@@ -325,13 +325,19 @@ func tcpPair(t *testing.T) (a, b *net.TCPConn) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
+	return tcpPairOn(t, ln)
+}
+
+// tcpPairOn is tcpPair over ln, which it closes.
+func tcpPairOn(t *testing.T, ln net.Listener) (a, b *net.TCPConn) {
+	t.Helper()
 	defer ln.Close()
 	accepted := make(chan net.Conn, 1)
 	go func() {
 		nc, _ := ln.Accept()
 		accepted <- nc
 	}()
-	nb, err := net.Dial("tcp", ln.Addr().String())
+	nb, err := net.Dial(ln.Addr().Network(), ln.Addr().String())
 	require.NoError(t, err)
 	na := <-accepted
 	require.NotNil(t, na)

@@ -419,18 +419,8 @@ func table(sc scenario, names []string, aggs map[string]*agg) string {
 			{"max ms", ms(func(r result) float64 { return r.LatMaxMs })},
 			{"msg/s", func(a *agg) string { return withRange(a, func(r result) float64 { return r.MsgPerSec }) }},
 			cpuPerM,
-			{"server CPU %", func(a *agg) string {
-				if !a.ok() {
-					return "—"
-				}
-				return fmt.Sprintf("%.0f", a.median(func(r result) float64 { return r.CPUPercent }))
-			}},
-			{"client CPU %", func(a *agg) string {
-				if !a.ok() {
-					return "—"
-				}
-				return fmt.Sprintf("%.0f", a.median(func(r result) float64 { return r.ClientCPU }))
-			}},
+			cpuPct("server CPU %", func(r result) float64 { return r.CPUPercent }),
+			cpuPct("client CPU %", func(r result) float64 { return r.ClientCPU }),
 		}
 	case "f":
 		best := bestPeer(names, aggs, sc.value)
@@ -439,18 +429,8 @@ func table(sc scenario, names []string, aggs map[string]*agg) string {
 			{"min ms", ms(func(r result) float64 { return r.LatMinMs })},
 			{"avg ms", ms(func(r result) float64 { return r.LatAvgMs })},
 			{"max ms", ms(func(r result) float64 { return r.LatMaxMs })},
-			{"server CPU %", func(a *agg) string {
-				if !a.ok() {
-					return "—"
-				}
-				return fmt.Sprintf("%.0f", a.median(func(r result) float64 { return r.CPUPercent }))
-			}},
-			{"client CPU %", func(a *agg) string {
-				if !a.ok() {
-					return "—"
-				}
-				return fmt.Sprintf("%.0f", a.median(func(r result) float64 { return r.ClientCPU }))
-			}},
+			cpuPct("server CPU %", func(r result) float64 { return r.CPUPercent }),
+			cpuPct("client CPU %", func(r result) float64 { return r.ClientCPU }),
 		}
 	}
 	b.WriteString("| server |")
