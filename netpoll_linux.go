@@ -191,26 +191,13 @@ func slot(fd int) int { return fd / len(pollers.p) }
 // instance fails and a new one starts (a new generation).
 func (p *poller) register(c *Conn) error {
 	np := c.np
-	if np.gen != 0 && np.gen == p.gen.Load() {
+	if np.gen.Load() == p.gen.Load() && np.gen.Load() != 0 {
 		return nil
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !p.running {
-		if err := p.startLocked(); err != nil {
-			return err
-		}
-	}
-	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLOUT | syscall.EPOLLRDHUP | epollET, Fd: np.fd}
-	// The descriptor is used under the socket's count, so that it cannot
-	// be closed and reused for another connection meanwhile.
-	if !np.acquire() {
-		return net.ErrClosed
-	}
-	err := syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_ADD, int(np.fd), &ev)
-	np.release()
-	if err != nil {
-		return os.NewSyscallError("epoll_ctl", err)
+	if err := p.addLocked(&np.sock); err != nil {
+		return err
 	}
 	i := slot(int(np.fd))
 	if i >= len(p.conns) {
@@ -220,8 +207,47 @@ func (p *poller) register(c *Conn) error {
 		p.n++
 	}
 	p.conns[i] = c
-	np.gen = p.gen.Load()
 	return nil
+}
+
+// addLocked adds s's descriptor to the running epoll instance, starting
+// one if none runs, unless it is registered with it already.
+func (p *poller) addLocked(s *sock) error {
+	if !p.running {
+		if err := p.startLocked(); err != nil {
+			return err
+		}
+	}
+	gen := p.gen.Load()
+	if s.gen.Load() == gen {
+		return nil
+	}
+	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLOUT | syscall.EPOLLRDHUP | epollET, Fd: s.fd}
+	// The descriptor is used under the socket's count, so that it cannot
+	// be closed and reused for another connection meanwhile.
+	if !s.acquire() {
+		return net.ErrClosed
+	}
+	err := syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_ADD, int(s.fd), &ev)
+	s.release()
+	if err != nil {
+		return os.NewSyscallError("epoll_ctl", err)
+	}
+	s.gen.Store(gen)
+	return nil
+}
+
+// rejoin registers s with its poller's epoll instance again if the one it
+// was registered with failed (fail), before a call waits on s: no event
+// would come otherwise, from an instance that is gone.
+func (s *sock) rejoin() {
+	p := s.poller()
+	if s.gen.Load() == p.gen.Load() {
+		return
+	}
+	p.mu.Lock()
+	p.addLocked(s) // on failure the wait ends at the deadline, as it would have
+	p.mu.Unlock()
 }
 
 // remove forgets c; the loop stops when it was the last connection.
@@ -278,10 +304,12 @@ func (p *poller) startLocked() error {
 
 // fail gives up an epoll instance that stopped working: every parked
 // connection is resumed, and parks again on a new one (register adds it
-// anew: a new instance is a new generation).
+// anew: a new instance is a new generation), and every call waiting on a
+// socket rejoins the new one before it waits again.
 func (p *poller) fail(epfd, wakefd int) {
 	p.mu.Lock()
 	p.running = false
+	p.gen.Add(1) // every registration is stale: the next register or rejoin starts an instance
 	conns := make([]*Conn, 0, p.n)
 	for _, c := range p.conns {
 		if c != nil {
@@ -292,6 +320,10 @@ func (p *poller) fail(epfd, wakefd int) {
 	syscall.Close(epfd)
 	syscall.Close(wakefd)
 	for _, c := range conns {
+		// Calls waiting on the socket look again, and rejoin a new
+		// instance before they wait; a parked connection is resumed.
+		c.np.notify(dirRead)
+		c.np.notify(dirWrite)
 		c.wake()
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -436,5 +437,70 @@ func TestNetpollPanicAfterAFullSocketStillSends1011(t *testing.T) {
 		require.Equal(t, StatusInternalError, StatusCode(binary.BigEndian.Uint16(p)))
 		var pe *PanicError
 		require.ErrorAs(t, h.waitClose(t), &pe)
+	})
+}
+
+// failPollers makes every running event loop's epoll instance fail, as if
+// epoll_wait had returned an error: the instance's descriptor is replaced
+// by one that is not an epoll instance (so that its number is not reused
+// meanwhile), and the loop is woken to find it so. It returns once each of
+// them has given its instance up.
+func failPollers(t *testing.T) {
+	t.Helper()
+	devnull, err := syscall.Open("/dev/null", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	require.NoError(t, err)
+	defer syscall.Close(devnull)
+	for _, p := range pollers.p {
+		p.mu.Lock()
+		running, gen, epfd, wakefd := p.running, p.gen.Load(), p.epfd, p.wakefd
+		if running {
+			require.NoError(t, syscall.Dup3(devnull, epfd, syscall.O_CLOEXEC))
+			var one = [8]byte{1}
+			syscall.Write(wakefd, one[:])
+		}
+		p.mu.Unlock()
+		if running {
+			require.Eventually(t, func() bool {
+				p.mu.Lock()
+				defer p.mu.Unlock()
+				return !p.running || p.gen.Load() != gen
+			}, 5*time.Second, time.Millisecond, "the loop gives up its instance")
+		}
+	}
+}
+
+// An epoll instance that fails (epoll_wait returns an error, which should
+// never happen) is given up: its parked connections are resumed and park
+// again on a new one, and a call waiting on a socket (here the writes to a
+// peer that stopped reading) rejoins the new one, so that it goes on when
+// the socket has room, not at its deadline.
+func TestNetpollSurvivesAFailedEpollInstance(t *testing.T) {
+	forEachNetpollMode(t, func(t *testing.T, m serverMode) {
+		const big = 256 << 10
+		const count = 80 // 20 MiB: past what loopback's socket buffers hold
+		h := newRecorder()
+		h.message = func(c *Conn, m *Message) {
+			if string(m.Data) == "flood" {
+				for i := range count {
+					c.WriteMessage(OpBinary, bytes.Repeat([]byte{byte(i)}, big))
+				}
+			} else {
+				c.WriteMessage(m.Opcode, m.Data)
+			}
+			m.Close()
+		}
+		addr := m.start(t, h, &Options{WriteTimeout: time.Minute})
+		slow, idle := dialRaw(t, addr, nil), dialRaw(t, addr, nil)
+		echoRounds(t, []*rawClient{idle}, 1, 2*time.Second)
+		slow.send(frame(0x81, []byte("flood")))
+		time.Sleep(100 * time.Millisecond) // the flood fills the slow peer's socket, and a write waits
+		failPollers(t)
+		echoRounds(t, []*rawClient{idle}, 3, 2*time.Second)
+		slow.nc.SetReadDeadline(time.Now().Add(10 * time.Second)) // well within the write timeout
+		for i := range count {
+			slow.expectMessage(OpBinary, bytes.Repeat([]byte{byte(i)}, big))
+		}
+		slow.send(frame(0x81, []byte("after")))
+		slow.expectMessage(OpText, []byte("after"))
 	})
 }

@@ -45,9 +45,9 @@ type sock struct {
 	fd    int32
 
 	// The connection on its event loop (netpollState).
-	state atomic.Int32 // npRunning or npParked
-	ready atomic.Bool  // the loop saw the socket turn readable since the last resume
-	gen   uint32       // the poller generation c is registered with; owned by the running goroutine
+	state atomic.Int32  // npRunning or npParked
+	ready atomic.Bool   // the loop saw the socket turn readable since the last resume
+	gen   atomic.Uint32 // the epoll instance (poller generation) the descriptor is registered with
 
 	addr [2]tcpAddr // local and remote, for TCP
 }
@@ -320,6 +320,7 @@ func (s *sock) do(dir int, try bool, f func(fd int) bool) (bool, error) {
 		if done || try {
 			return done, nil
 		}
+		s.rejoin()
 		s.wait(dir, seq)
 	}
 }
