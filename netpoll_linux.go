@@ -191,7 +191,7 @@ func slot(fd int) int { return fd / len(pollers.p) }
 // instance fails and a new one starts (a new generation).
 func (p *poller) register(c *Conn) error {
 	np := c.np
-	if np.gen.Load() == p.gen.Load() && np.gen.Load() != 0 {
+	if np.registered(p) {
 		return nil
 	}
 	p.mu.Lock()
@@ -218,10 +218,10 @@ func (p *poller) addLocked(s *sock) error {
 			return err
 		}
 	}
-	gen := p.gen.Load()
-	if s.gen.Load() == gen {
+	if s.registered(p) {
 		return nil
 	}
+	gen := p.gen.Load()
 	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLOUT | syscall.EPOLLRDHUP | epollET, Fd: s.fd}
 	// The descriptor is used under the socket's count, so that it cannot
 	// be closed and reused for another connection meanwhile.
@@ -237,12 +237,19 @@ func (p *poller) addLocked(s *sock) error {
 	return nil
 }
 
+// registered reports whether s's descriptor is in p's current epoll
+// instance (registered with its generation; 0 is no generation).
+func (s *sock) registered(p *poller) bool {
+	gen := s.gen.Load()
+	return gen != 0 && gen == p.gen.Load()
+}
+
 // rejoin registers s with its poller's epoll instance again if the one it
 // was registered with failed (fail), before a call waits on s: no event
 // would come otherwise, from an instance that is gone.
 func (s *sock) rejoin() {
 	p := s.poller()
-	if s.gen.Load() == p.gen.Load() {
+	if s.registered(p) {
 		return
 	}
 	p.mu.Lock()

@@ -260,17 +260,7 @@ func TestNetpollPeerThatStopsReadingHoldsUpNoOther(t *testing.T) {
 	forEachNetpollMode(t, func(t *testing.T, m serverMode) {
 		const big = 256 << 10
 		const count = 160 // 40 MiB in all: past what loopback's socket buffers hold
-		h := newRecorder()
-		h.message = func(c *Conn, m *Message) {
-			if string(m.Data) == "flood" {
-				for i := range count {
-					c.WriteMessage(OpBinary, bytes.Repeat([]byte{byte(i)}, big))
-				}
-			} else {
-				c.WriteMessage(m.Opcode, m.Data)
-			}
-			m.Close()
-		}
+		h := newFlooder(count, big)
 		addr := m.start(t, h, &Options{WriteTimeout: 30 * time.Second})
 		slow := dialRaw(t, addr, nil)
 		others := make([]*rawClient, 8)
@@ -287,6 +277,23 @@ func TestNetpollPeerThatStopsReadingHoldsUpNoOther(t *testing.T) {
 		slow.send(frame(0x81, []byte("after")))
 		slow.expectMessage(OpText, []byte("after"))
 	})
+}
+
+// newFlooder answers "flood" with count binary messages of size bytes, the
+// i-th all bytes i, and echoes anything else.
+func newFlooder(count, size int) *recorder {
+	h := newRecorder()
+	h.message = func(c *Conn, m *Message) {
+		if string(m.Data) == "flood" {
+			for i := range count {
+				c.WriteMessage(OpBinary, bytes.Repeat([]byte{byte(i)}, size))
+			}
+		} else {
+			c.WriteMessage(m.Opcode, m.Data)
+		}
+		m.Close()
+	}
+	return h
 }
 
 // A streamed message (Options.StreamThreshold) is read by its handler on a
@@ -478,17 +485,7 @@ func TestNetpollSurvivesAFailedEpollInstance(t *testing.T) {
 	forEachNetpollMode(t, func(t *testing.T, m serverMode) {
 		const big = 256 << 10
 		const count = 80 // 20 MiB: past what loopback's socket buffers hold
-		h := newRecorder()
-		h.message = func(c *Conn, m *Message) {
-			if string(m.Data) == "flood" {
-				for i := range count {
-					c.WriteMessage(OpBinary, bytes.Repeat([]byte{byte(i)}, big))
-				}
-			} else {
-				c.WriteMessage(m.Opcode, m.Data)
-			}
-			m.Close()
-		}
+		h := newFlooder(count, big)
 		addr := m.start(t, h, &Options{WriteTimeout: time.Minute})
 		slow, idle := dialRaw(t, addr, nil), dialRaw(t, addr, nil)
 		echoRounds(t, []*rawClient{idle}, 1, 2*time.Second)

@@ -154,15 +154,7 @@ func (c *Conn) sockRead(dst []byte, try bool) (buf *[]byte, n int, again bool, e
 		buf = bufpool.Get(c.idleReadSize())
 		dst = *buf
 	}
-	var rerr error
-	done, err := c.np.do(dirRead, try, func(fd int) bool {
-		var again bool
-		n, again, rerr = readFD(fd, dst)
-		return !again
-	})
-	if err == nil {
-		err = rerr
-	}
+	n, done, err := c.np.read(dst, try)
 	if err != nil || !done {
 		bufpool.Put(buf)
 		return nil, 0, !done && err == nil, err
@@ -175,21 +167,9 @@ func (c *Conn) sockRead(dst []byte, try bool) (buf *[]byte, n int, again bool, e
 // write timeout, which is armed only for the wait (as rawWriter's).
 func (c *Conn) sockWrite(p []byte, try bool) (int, error) {
 	s := &c.np.sock
-	n, armed := 0, false
-	var werr error
-	_, err := s.do(dirWrite, try, func(fd int) bool {
-		k, again, err := writeFD(fd, p[n:])
-		n, werr = n+k, err
-		if again && !try && !armed {
-			armed = c.armWriteTimeout()
-		}
-		return !again
-	})
+	n, armed, err := s.write(p, try, c.armWriteTimeout)
 	if armed {
 		s.setDeadline(dirWrite, c.userWriteDeadline())
-	}
-	if err == nil {
-		err = werr
 	}
 	if err != nil {
 		return n, s.opError("write", err)
@@ -330,16 +310,7 @@ func (s *sock) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	var n int
-	var rerr error
-	_, err := s.do(dirRead, false, func(fd int) bool {
-		var again bool
-		n, again, rerr = readFD(fd, p)
-		return !again
-	})
-	if err == nil {
-		err = rerr
-	}
+	n, _, err := s.read(p, false)
 	switch {
 	case err == io.EOF:
 		return 0, io.EOF
@@ -351,20 +322,47 @@ func (s *sock) Read(p []byte) (int, error) {
 
 // Write writes p whole, waiting for room until the write deadline.
 func (s *sock) Write(p []byte) (int, error) {
-	var n int
+	n, _, err := s.write(p, false, nil)
+	if err != nil {
+		return n, s.opError("write", err)
+	}
+	return n, nil
+}
+
+// read is Read's one read, and netpoll mode's (sockRead): with try set it
+// does not wait, and done reports whether there was anything to read. Its
+// errors are the system call's or do's, unwrapped.
+func (s *sock) read(p []byte, try bool) (n int, done bool, err error) {
+	var rerr error
+	done, err = s.do(dirRead, try, func(fd int) bool {
+		var again bool
+		n, again, rerr = readFD(fd, p)
+		return !again
+	})
+	if err == nil {
+		err = rerr
+	}
+	return n, done, err
+}
+
+// write is Write's loop, and netpoll mode's (sockWrite): it writes p whole,
+// or with try set what the socket takes at once. arm, if set, is called
+// once before the first wait, and reports whether it set a deadline for it
+// (armed: the caller puts the deadline back).
+func (s *sock) write(p []byte, try bool, arm func() bool) (n int, armed bool, err error) {
 	var werr error
-	_, err := s.do(dirWrite, false, func(fd int) bool {
+	_, err = s.do(dirWrite, try, func(fd int) bool {
 		k, again, err := writeFD(fd, p[n:])
 		n, werr = n+k, err
+		if again && !try && !armed && arm != nil {
+			armed = arm()
+		}
 		return !again
 	})
 	if err == nil {
 		err = werr
 	}
-	if err != nil {
-		return n, s.opError("write", err)
-	}
-	return n, nil
+	return n, armed, err
 }
 
 // CloseWrite shuts down the writing side of the socket.
