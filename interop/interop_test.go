@@ -31,7 +31,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -230,8 +229,8 @@ func startProc(t *testing.T, timeout time.Duration, env []string, name string, a
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = repoRoot
 	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	ownGroup(cmd)
+	cmd.Cancel = func() error { return killGroup(cmd) }
 	cmd.WaitDelay = 5 * time.Second
 	p := &proc{cmd: cmd, lines: make(chan string, 1024), exited: make(chan struct{})}
 	cmd.Stderr = &p.stderr
@@ -258,7 +257,7 @@ func startProc(t *testing.T, timeout time.Duration, env []string, name string, a
 		close(p.exited)
 	}()
 	t.Cleanup(func() {
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // the whole group: chromium forks many
+		killGroup(cmd) // the whole group: chromium forks many
 		<-p.exited
 		cancel()
 	})
