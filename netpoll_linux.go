@@ -370,6 +370,11 @@ func (p *poller) loop(epfd, wakefd int) {
 			if ev.Events&(syscall.EPOLLOUT|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
 				c.np.event(dirWrite)
 			}
+			if ev.Events&(syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
+				// No event follows the peer's end: the reads must go on
+				// until one finds it (see tryRead).
+				c.np.hup.Store(true)
+			}
 			if ev.Events&(syscall.EPOLLIN|syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
 				c.np.ready.Store(true)
 				if c.np.state.CompareAndSwap(npParked, npRunning) {

@@ -47,6 +47,7 @@ type sock struct {
 	// The connection on its event loop (netpollState).
 	state atomic.Int32  // npRunning or npParked
 	ready atomic.Bool   // the loop saw the socket turn readable since the last resume
+	hup   atomic.Bool   // the loop saw the peer's end (RDHUP, HUP or ERR): a short read no longer means drained
 	gen   atomic.Uint32 // the epoll instance (poller generation) the descriptor is registered with
 
 	addr [2]tcpAddr // local and remote, for TCP
