@@ -80,6 +80,10 @@ func (c *Conn) park() bool {
 	return false
 }
 
+// peerEnded reports whether the event loop has seen the peer's end (an
+// event with RDHUP, HUP or ERR) on np, nil for none.
+func (np *netpollState) peerEnded() bool { return np != nil && np.hup.Load() }
+
 // parkHook, set by tests, is called by each connection that parks, with
 // whether it keeps its read state.
 var parkHook atomic.Pointer[func(c *Conn, holdsRead bool)]

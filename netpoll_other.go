@@ -15,5 +15,7 @@ func (c *Conn) wake()            {}
 func (c *Conn) wakeAt(time.Time) {}
 func (c *Conn) unpark()          {}
 
+func (np *netpollState) peerEnded() bool { return false }
+
 func (c *Conn) sockRead([]byte, bool) (*[]byte, int, bool, error) { panic("unreachable") }
 func (c *Conn) sockWrite([]byte, bool) (int, error)               { panic("unreachable") }

@@ -142,7 +142,7 @@ func (c *Conn) idleReadSize() int { return max(c.cfg.ReadBufferSize, minReadBuff
 // readable event, which resumes the connection once it parks (this saves
 // the read that would find nothing, one system call in three for small
 // request/response messages). Not once the loop has seen the peer's end
-// (sock.hup): a FIN that came with the last bytes, in their event, queues
+// (peerEnded): a FIN that came with the last bytes, in their event, queues
 // none, and only a read finds it. A connection that
 // has had loopReadBudget reads in this turn is handed to a goroutine
 // (errHandoff), so that a peer that keeps sending cannot hold up the loop.
@@ -197,7 +197,7 @@ func (c *Conn) idleRead(dst []byte, park bool) (int, error) {
 		size = c.idleReadSize()
 	}
 	c.rd.reads++
-	c.rd.drained = c.rd.loop && n < size && (c.np == nil || !c.np.hup.Load())
+	c.rd.drained = c.rd.loop && n < size && !c.np.peerEnded()
 	c.hbArrived()
 	return n, c.cork(drainedBatch(n, size))
 }
