@@ -38,6 +38,12 @@ func goroutinesIn(fn string) int {
 	return n
 }
 
+// parkedIdle reports whether c is parked and no goroutine serves a
+// connection: c's last park has finished.
+func parkedIdle(c *Conn) bool {
+	return c.np.state.Load() == npParked && goroutinesIn("gust.(*Conn).serve") == 0
+}
+
 // echoRounds has each client send a message and read its echo, rounds
 // times over, each echo within wait: the connections a test holds up
 // another one beside are still served.
@@ -223,7 +229,7 @@ func TestNetpollFrameInPiecesParksBetween(t *testing.T) {
 			c.send(b)
 			return func() bool {
 				require.Eventually(t, func() bool {
-					return parks.Load() > n && goroutinesIn("gust.(*Conn).serve") == 0 && sc.np.state.Load() == npParked
+					return parks.Load() > n && parkedIdle(sc)
 				}, 5*time.Second, time.Millisecond, "parked")
 				return held.Load()
 			}
@@ -270,9 +276,8 @@ func TestNetpollBytesAndEndInOneEvent(t *testing.T) {
 				h := newRecorder()
 				c := dialRaw(t, m.start(t, h, nil), nil)
 				sc := h.waitOpen(t)
-				require.Eventually(t, func() bool {
-					return sc.np.state.Load() == npParked && goroutinesIn("gust.(*Conn).serve") == 0
-				}, 5*time.Second, time.Millisecond, "parked after the handshake")
+				require.Eventually(t, func() bool { return parkedIdle(sc) }, 5*time.Second, time.Millisecond,
+					"parked after the handshake")
 				raw, err := c.nc.(*net.TCPConn).SyscallConn()
 				require.NoError(t, err)
 				require.NoError(t, raw.Control(func(fd uintptr) {
