@@ -18,10 +18,12 @@ import (
 
 // Server accepts WebSocket connections on any net.Listener with its own
 // accept loop and HTTP/1.1 handshake parser, without net/http: less memory
-// and latency per connection. Every request, whatever its path, is treated
-// as a WebSocket handshake (OnRequest may refuse the paths it does not
-// serve, with 404); use an Upgrader inside a net/http server to mix
-// WebSockets with other HTTP handlers.
+// and latency per connection. Every request with an Upgrade: websocket
+// field is treated as a WebSocket handshake (OnRequest may refuse the paths
+// it does not serve, with 404); the others go to HTTPHandler, served by
+// net/http on the same port (a health check, a metrics scrape), or are
+// refused when it is nil. For more than a few plain HTTP routes, use an
+// Upgrader inside a net/http server.
 //
 // The embedded Upgrader holds the handler, the connections' Options and
 // the handshake's settings, which mean what they mean on an Upgrader:
@@ -45,6 +47,21 @@ type Server struct {
 	// certificates.
 	TLSConfig *tls.Config
 
+	// HTTPHandler, if set, serves the requests that are not WebSocket
+	// handshakes (no Upgrade: websocket field), through net/http on the
+	// same connection: keep-alive, bodies and HTTP/1.1's rules are
+	// net/http's, and a later request on that connection goes to
+	// HTTPHandler even if it asks for a WebSocket. The first request's
+	// head is read by the Server, within HandshakeTimeout and
+	// MaxHeaderBytes; after it, each request has HandshakeTimeout to
+	// arrive (head and body), its response HandshakeTimeout to be written
+	// (a handler that needs longer extends its deadlines with
+	// http.ResponseController), and an idle connection is closed after
+	// HandshakeTimeout. Metrics and OnRequest see none of these requests;
+	// Shutdown and Close end them too. Default nil: such a request is
+	// refused as a failed handshake.
+	HTTPHandler http.Handler
+
 	serverOnce sync.Once
 	serverCfg  *config
 
@@ -53,6 +70,7 @@ type Server struct {
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	pending   map[net.Conn]struct{} // accepted, handshake not done
+	http      *httpSide             // serves HTTPHandler; made by the first request for it
 }
 
 // config returns the Server's settings with the defaults filled in, made
@@ -173,11 +191,16 @@ func (s *Server) serveConn(nc net.Conn) {
 	s.pending[nc] = struct{}{}
 	s.mu.Unlock()
 
-	c := s.handshake(nc)
+	c, plain := s.handshake(nc)
 
 	s.mu.Lock()
 	delete(s.pending, nc)
 	s.mu.Unlock()
+	if plain != nil { // no WebSocket: net/http's from here on
+		s.track.end()
+		s.serveHTTP(plain)
+		return
+	}
 	if c == nil {
 		nc.Close()
 		s.track.end()
@@ -204,13 +227,15 @@ func (s *Server) commit(nc net.Conn) bool {
 }
 
 // handshake reads the request head, checks it, and answers with 101 or an
-// HTTP error. It returns nil when the connection must be closed.
+// HTTP error. It returns nil when the connection must be closed, and plain,
+// nc with the bytes read so far put back, when the request is for
+// HTTPHandler.
 //
 // The head is read into a buffer that starts at the pool's smallest class
 // and doubles only when the bytes received fill it, up to MaxHeaderBytes:
 // a client that sends a few bytes and then stalls (slowloris) pins a few
 // hundred bytes, not a buffer the size of the largest head allowed.
-func (s *Server) handshake(nc net.Conn) *Conn {
+func (s *Server) handshake(nc net.Conn) (c *Conn, plain net.Conn) {
 	cfg := s.config()
 	deadline := time.Now().Add(cfg.HandshakeTimeout)
 	nc.SetDeadline(deadline)
@@ -231,14 +256,14 @@ func (s *Server) handshake(nc net.Conn) *Conn {
 			var he *handshake.Error
 			if errors.As(perr, &he) {
 				refuse(nc, cfg, he.Status, he.Reason)
-				return nil
+				return nil, nil
 			}
 			if w == len(*buf) {
 				// An incomplete head that fills MaxHeaderBytes is longer
 				// than that.
 				if w >= cfg.MaxHeaderBytes {
 					refuse(nc, cfg, http.StatusRequestHeaderFieldsTooLarge, "request head too large")
-					return nil
+					return nil, nil
 				}
 				buf = bufpool.Grow(buf, min(2*w, cfg.MaxHeaderBytes))
 			}
@@ -247,8 +272,11 @@ func (s *Server) handshake(nc net.Conn) *Conn {
 			if w > 0 { // a client that sent nothing is not a handshake (a TCP health check)
 				cfg.reportHandshake(0)
 			}
-			return nil
+			return nil, nil
 		}
+	}
+	if s.HTTPHandler != nil && !handshake.HasToken(req.Header, "Upgrade", "websocket") {
+		return nil, newReadAheadConn(nc, (*buf)[:w])
 	}
 	r, herr := newHTTPRequest(req, nc)
 	var hs handshakeResult
@@ -257,7 +285,7 @@ func (s *Server) handshake(nc net.Conn) *Conn {
 	}
 	if herr != nil {
 		refuse(nc, cfg, herr.Status, string(herr.Body))
-		return nil
+		return nil, nil
 	}
 	if cfg.OnRequest != nil {
 		// As net/http's, the request's context carries the local address;
@@ -271,19 +299,19 @@ func (s *Server) handshake(nc net.Conn) *Conn {
 	if herr != nil {
 		writeRefusal(nc, herr)
 		cfg.reportHandshake(herr.Status)
-		return nil
+		return nil, nil
 	}
 	if !s.commit(nc) {
-		return nil
+		return nil, nil
 	}
 	if _, err := nc.Write(cfg.appendResponse((*buf)[w:w], hs, nil, extra)); err != nil {
 		cfg.reportHandshake(0)
-		return nil
+		return nil, nil
 	}
 	cfg.reportHandshake(http.StatusSwitchingProtocols)
 	nc.SetDeadline(time.Time{})
 	c.open(nc, (*buf)[hn:w], hs) // copies the bytes after the head
-	return c
+	return c, nil
 }
 
 // refuse answers a handshake request with an HTTP error, and reports it.
@@ -360,32 +388,48 @@ func newHTTPRequest(req *handshake.Request, nc net.Conn) (*http.Request, *Handsh
 // connections that remain, waits for their OnClose, and returns ctx.Err().
 // It returns by ctx's deadline whatever the peers do, as
 // [Upgrader.Shutdown], which it extends: it covers every connection the
-// Server accepted, and those its promoted Upgrade made.
+// Server accepted, and those its promoted Upgrade made. HTTPHandler's
+// connections are shut down as [http.Server.Shutdown] does, and closed when
+// ctx ends.
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.stopAccepting()
-	return s.track.shutdown(ctx)
+	hs := s.stopAccepting()
+	if hs == nil {
+		return s.track.shutdown(ctx)
+	}
+	httpDone := make(chan error, 1)
+	go func() { httpDone <- hs.shutdown(ctx) }()
+	err := s.track.shutdown(ctx)
+	if herr := <-httpDone; err == nil {
+		err = herr
+	}
+	return err
 }
 
 // Close stops accepting and closes every connection at once, without a
 // close handshake; OnClose receives ErrServerClosed. It waits for the
 // connections' OnClose calls.
 func (s *Server) Close() error {
-	s.stopAccepting()
+	if hs := s.stopAccepting(); hs != nil {
+		hs.close()
+	}
 	s.track.close()
 	return nil
 }
 
 // stopAccepting closes the listeners and drops the handshakes in progress:
 // a Server that is shutting down takes no new connections. Setting closing
-// first makes Serve and serveConn, which check it under mu, add none.
-func (s *Server) stopAccepting() {
+// first makes Serve and serveConn, which check it under mu, add none, and
+// serveHTTP start no net/http server. It returns the one serving
+// HTTPHandler, if one was started.
+func (s *Server) stopAccepting() *httpSide {
 	s.track.closing.Store(true)
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	for ln := range s.listeners {
 		ln.Close()
 	}
 	for nc := range s.pending {
 		nc.Close()
 	}
-	s.mu.Unlock()
+	return s.http
 }

@@ -223,7 +223,7 @@ func BenchmarkServerHandshake(b *testing.B) {
 		nc := &handshakeConn{}
 		for b.Loop() {
 			nc.r.Reset(req)
-			if s.handshake(nc) == nil {
+			if c, _ := s.handshake(nc); c == nil {
 				b.Fatal("handshake refused")
 			}
 		}
