@@ -138,30 +138,30 @@ func (api) OnClose(c *gust.Conn, err error) {
 	}
 }
 
-type heartbeat struct{ gust.BuiltinEventHandler }
-
-func (heartbeat) OnOpen(c *gust.Conn) {
-	c.SetReadDeadline(time.Now().Add(60 * time.Second))
-}
-
-func (h heartbeat) OnPing(c *gust.Conn, p []byte) {
-	c.SetReadDeadline(time.Now().Add(60 * time.Second)) // gorilla: SetPingHandler
-	h.BuiltinEventHandler.OnPing(c, p)                  // answers with a pong
-}
-
-func (heartbeat) OnPong(c *gust.Conn, p []byte) {
-	c.SetReadDeadline(time.Now().Add(60 * time.Second)) // gorilla: SetPongHandler
-}
-
-func migrateBroadcast(conns []*gust.Conn) error {
-	pm, err := gust.NewPreparedMessage(gust.OpText, []byte(`{"event":"tick"}`))
-	if err != nil {
-		return err
+// gorilla: pongWait = 60 * time.Second, pingPeriod = pongWait * 9 / 10;
+// writePump's ticker, SetReadDeadline and the pong handler all go.
+func heartbeatOptions(pongWait, pingPeriod time.Duration) gust.Options {
+	return gust.Options{
+		PingInterval: pingPeriod,            // ping a connection silent this long
+		PingTimeout:  pongWait - pingPeriod, // and cut it if still silent this long after
 	}
+}
+
+// gorilla: select { case client.send <- msg: default: close(client.send) }
+// in the hub, and a writePump goroutine per client.
+var broadcastOptions = gust.Options{
+	OutboxSize:   256,                  // gorilla: make(chan []byte, 256)
+	OutboxPolicy: gust.OutboxCloseSlow, // a full outbox closes the client with 1008
+}
+
+func broadcast(conns []*gust.Conn, pm *gust.PreparedMessage) {
 	for _, c := range conns {
-		c.WritePrepared(pm) // gorilla: conn.WritePreparedMessage(pm)
+		// Queues and returns at once: one client that stops reading fills
+		// its own outbox and is closed, and delays no one.
+		if err := c.WritePreparedAsync(pm, nil); err != nil {
+			log.Printf("%v: %v", c.RemoteAddr(), err) // ErrSlowConsumer, or net.ErrClosed once it ended
+		}
 	}
-	return nil
 }
 
 // --- from lxzan/gws ---
