@@ -109,11 +109,19 @@ func (s StatusCode) text() string {
 // ProtocolError reports that gust failed the connection because the peer
 // broke the protocol or a limit. Code is the status gust sent in its close
 // frame: 1002 for a protocol error, 1007 for invalid UTF-8 or deflate data,
-// 1009 for a message over the size limit.
+// 1009 for a message over the size limit, 1008 for a message that took
+// longer than Options.MessageTimeout (errors.Is(err, os.ErrDeadlineExceeded)
+// holds then) or came in too many empty frames.
 type ProtocolError struct {
 	Code   StatusCode
 	Reason string
+
+	err error // what it wraps, if anything (os.ErrDeadlineExceeded for Options.MessageTimeout)
 }
+
+// Unwrap returns the error e wraps: os.ErrDeadlineExceeded for a message
+// that did not arrive within Options.MessageTimeout, else nil.
+func (e *ProtocolError) Unwrap() error { return e.err }
 
 func (e *ProtocolError) Error() string {
 	return "gust: " + e.Reason + " (closed with " + e.Code.text() + ")"

@@ -454,6 +454,13 @@ func (c *Conn) SetReadDeadline(t time.Time) error {
 // setReadDeadline sets the socket's read deadline, and in netpoll mode
 // wakes the connection at t if it is parked then.
 func (c *Conn) setReadDeadline(t time.Time) error {
+	if c.np == nil {
+		var u int64
+		if !t.IsZero() {
+			u = t.UnixNano()
+		}
+		c.rd.readDL.Store(u) // see waitMessage
+	}
 	err := c.conn.SetReadDeadline(t)
 	c.wakeAt(t)
 	return err

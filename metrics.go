@@ -53,7 +53,8 @@ import (
 //   - "local": this side closed: [Conn.Close] answered by the peer (a
 //     *CloseError without ByPeer), or [Conn.CloseNow].
 //   - "timeout": a deadline passed: Options.WriteTimeout, heartbeats
-//     (Options.PingInterval) gone unanswered, a read deadline, or
+//     (Options.PingInterval) gone unanswered, a read deadline,
+//     Options.MessageTimeout (gust sent 1008), or
 //     Options.CloseTimeout while waiting for the answer to a close frame.
 //   - "io": anything else: the peer left without a close frame (EOF), a
 //     reset, another network error.
@@ -150,8 +151,11 @@ func (c *Conn) closeCause(err error, sent StatusCode) (StatusCode, string) {
 	case errors.Is(err, ErrSlowConsumer):
 		return code, causeSlow
 	case errors.As(err, &pe):
-		if pe.Code == StatusMessageTooBig {
+		switch {
+		case pe.Code == StatusMessageTooBig:
 			return code, causeLimit
+		case errors.Is(pe, os.ErrDeadlineExceeded):
+			return code, causeTimeout
 		}
 		return code, causeProtocol
 	case isClose && ce.ByPeer:

@@ -57,6 +57,14 @@ type netpollState struct{ sock }
 func (c *Conn) park() bool {
 	np := c.np
 	c.rd.shrink()
+	if left, ok := c.messageLeft(); ok && !c.rd.armed {
+		// The message in progress has its bound (Options.MessageTimeout):
+		// wake c then, unless its read deadline comes first.
+		if dl, at := np.readDeadline(), time.Now().Add(left); dl.IsZero() || at.Before(dl) {
+			c.wakeAt(at)
+			c.rd.armed = true
+		}
+	}
 	if err := np.poller().register(c); err != nil {
 		return true // still running: the next read reports why
 	}
@@ -78,6 +86,15 @@ func (c *Conn) park() bool {
 		return true
 	}
 	return false
+}
+
+// readDeadline returns the read deadline set on np's socket, zero for
+// none.
+func (np *netpollState) readDeadline() time.Time {
+	if d := np.dl[dirRead].Load(); d != 0 {
+		return time.Unix(0, d)
+	}
+	return time.Time{}
 }
 
 // peerEnded reports whether the event loop has seen the peer's end (an

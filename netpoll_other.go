@@ -15,7 +15,8 @@ func (c *Conn) wake()            {}
 func (c *Conn) wakeAt(time.Time) {}
 func (c *Conn) unpark()          {}
 
-func (np *netpollState) peerEnded() bool { return false }
+func (np *netpollState) peerEnded() bool         { return false }
+func (np *netpollState) readDeadline() time.Time { return time.Time{} }
 
 func (c *Conn) sockRead([]byte, bool) (*[]byte, int, bool, error) { panic("unreachable") }
 func (c *Conn) sockWrite([]byte, bool) (int, error)               { panic("unreachable") }

@@ -33,6 +33,17 @@ type Options struct {
 	// a frame header announces it. Default 16 MiB. Negative means no limit.
 	MaxMessageSize int64
 
+	// MessageTimeout bounds how long a message may take to arrive, from the
+	// first time gust waits for the rest of it (or of its first frame) to
+	// its last byte. A peer that takes longer, such as one that announces a
+	// large frame and sends it a byte at a time, fails the connection with
+	// 1008 (policy violation), and OnClose receives an error for which
+	// errors.Is(err, os.ErrDeadlineExceeded) holds. Default 90s, in which a
+	// message of the default MaxMessageSize arrives at 190 KB/s or faster:
+	// raise it with MaxMessageSize for slow links. Negative turns the bound
+	// off. (A message in more than 1,024 empty frames fails with 1008 too.)
+	MessageTimeout time.Duration
+
 	// StreamThreshold, when positive, delivers a message larger than
 	// StreamThreshold bytes to OnMessage as a stream (Message.Streamed):
 	// once it has outgrown that many bytes, or at once when its first frame
@@ -199,6 +210,7 @@ const (
 	defaultOutboxSize       = 256
 	defaultCloseTimeout     = 5 * time.Second
 	defaultWriteTimeout     = 10 * time.Second
+	defaultMessageTimeout   = 90 * time.Second
 	defaultHandshakeTimeout = 10 * time.Second
 	defaultMaxHeaderBytes   = 16 << 10
 )
@@ -249,6 +261,9 @@ func newConfig(o Options, server bool) *config {
 	}
 	if c.WriteTimeout == 0 {
 		c.WriteTimeout = defaultWriteTimeout
+	}
+	if c.MessageTimeout == 0 {
+		c.MessageTimeout = defaultMessageTimeout
 	}
 	if c.PingInterval > 0 {
 		if c.PingTimeout <= 0 {

@@ -2,8 +2,12 @@ package gust
 
 import (
 	"encoding/binary"
+	"errors"
 	"io"
 	"math"
+	"os"
+	"sync/atomic"
+	"time"
 
 	"github.com/gustws/gust/internal/bufpool"
 	"github.com/gustws/gust/internal/mask"
@@ -12,13 +16,25 @@ import (
 
 const minReadBufferSize = 512
 
+// A connection's turn on an event loop (netpoll mode) is bounded by the
+// work it does, not by its reads: once it has read and inflated
+// loopWorkBudget bytes, and before it inflates a message of more than
+// loopInflateMax bytes on the wire (up to 1,032 times as many once
+// inflated, and as much work again for a handler that answers it), the
+// connection goes on on a goroutine of its own (errHandoff).
+const (
+	loopWorkBudget = 1 << 20
+	loopInflateMax = 1 << 10
+)
+
+// maxEmptyFrames bounds the empty frames before the last one of a message:
+// they carry nothing, and a peer that sends them without end would keep
+// the connection busy and its message open for ever.
+const maxEmptyFrames = 1 << 10
+
 // waitingReadBufferSize bounds the read buffer of connections that cannot
 // wait for bytes without one.
 const waitingReadBufferSize = 8 << 10
-
-// messageChunk is the first size of a message buffer whose frame announces
-// more: the buffer then doubles as bytes arrive.
-const messageChunk = 64 << 10
 
 // readState is the read side of a Conn, owned by the read goroutine.
 type readState struct {
@@ -40,15 +56,30 @@ type readState struct {
 	compressed bool   // the message in progress has RSV1 set
 	utf8       utf8.Validator
 	corked     bool
-	closed     bool  // the peer's close frame has been read
-	inFrame    bool  // hdr is read; its payload is not yet all read
-	begun      bool  // readData has taken hdr into the message
-	stream     bool  // readData chose to stream the message (StreamThreshold)
-	loop       bool  // parsing on an event loop: never wait (errPark, errHandoff)
-	drained    bool  // on the loop, the last read took all there was (tryRead)
-	streaming  bool  // a streamed message's handler reads: reads wait, never park
-	pos        uint8 // the masking key's position in the frame's payload, 0-3
-	reads      uint8 // reads in this turn on the loop (loopReadBudget)
+	closed     bool   // the peer's close frame has been read
+	inFrame    bool   // hdr is read; its payload is not yet all read
+	begun      bool   // readData has taken hdr into the message
+	stream     bool   // readData chose to stream the message (StreamThreshold)
+	loop       bool   // parsing on an event loop: never wait (errPark, errHandoff)
+	drained    bool   // on the loop, the last read took all there was (tryRead)
+	streaming  bool   // a streamed message's handler reads: reads wait, never park
+	armed      bool   // a deadline or a wake-up bounds the wait for the message in progress
+	pos        uint8  // the masking key's position in the frame's payload, 0-3
+	empty      uint16 // empty non-final frames of the message in progress (maxEmptyFrames)
+	work       uint32 // bytes read and inflated in this turn on the loop (loopWorkBudget)
+	since      uint32 // clockMS when the frame or message in progress first waited for bytes; 0: it has not
+
+	// readDL is the read deadline the user set, in Unix nanoseconds (0 for
+	// none), in goroutine mode, where a deadline for the message in
+	// progress (Options.MessageTimeout) may stand in for it.
+	readDL atomic.Int64
+}
+
+// addWork counts n bytes of work in this turn on the loop.
+func (rd *readState) addWork(n int) {
+	if rd.work < loopWorkBudget {
+		rd.work += uint32(min(n, loopWorkBudget))
+	}
 }
 
 // release gives the read buffer back; the message in progress, if any, is
@@ -64,7 +95,7 @@ func (rd *readState) release() {
 // startTurn begins a turn of parsing on an event loop, which found the
 // connection readable.
 func (rd *readState) startTurn() {
-	rd.loop, rd.reads, rd.drained = true, 0, false
+	rd.loop, rd.work, rd.drained = true, 0, false
 }
 
 // shrink moves the few bytes of a frame that came in part (a header, a
@@ -105,6 +136,9 @@ func (c *Conn) read(p []byte) (int, error) {
 	if err := c.uncork(); err != nil {
 		return 0, err
 	}
+	if err := c.waitMessage(); err != nil {
+		return 0, err
+	}
 	if c.mayPark() {
 		return c.tryRead(p)
 	}
@@ -116,9 +150,105 @@ func (c *Conn) read(p []byte) (int, error) {
 			return n, c.cork(drainedBatch(n, len(p)))
 		}
 		if err != nil {
-			return 0, err
+			return 0, c.overdue(err)
 		}
 	}
+}
+
+// clockStart is the origin of clockMS.
+var clockStart = time.Now()
+
+// clockMS is a coarse monotonic clock: the milliseconds since clockStart,
+// modulo 2^32 (a difference under 49 days is right), never 0.
+func clockMS() uint32 {
+	if ms := uint32(time.Since(clockStart).Milliseconds()); ms != 0 {
+		return ms
+	}
+	return 1
+}
+
+// inMessage reports whether a frame or a message is in progress, whose
+// rest the next read waits for.
+func (rd *readState) inMessage() bool { return rd.op != 0 || rd.inFrame || rd.r < rd.w }
+
+// messageLeft returns how long the message in progress may still take
+// (Options.MessageTimeout), counted from the first time it waited for
+// bytes, which it records; ok is false when no bound applies.
+func (c *Conn) messageLeft() (left time.Duration, ok bool) {
+	rd := c.rd
+	t := c.cfg.MessageTimeout.Truncate(time.Millisecond)
+	if t <= 0 || !rd.inMessage() {
+		return 0, false
+	}
+	now := clockMS()
+	if rd.since == 0 {
+		rd.since = now
+	}
+	return t - time.Duration(now-rd.since)*time.Millisecond, true
+}
+
+// waitMessage is called before a read, which may wait: in the middle of a
+// frame or a message it fails the connection once the message has taken
+// Options.MessageTimeout, and otherwise bounds the wait to come. In
+// goroutine mode the socket's read deadline does, for the rest of the
+// message (messageDone restores the user's); a connection parked in
+// netpoll mode is woken instead (park).
+func (c *Conn) waitMessage() error {
+	left, ok := c.messageLeft()
+	switch {
+	case !ok:
+		return nil
+	case left <= 0:
+		return messageTimeout(c.cfg.MessageTimeout)
+	}
+	rd := c.rd
+	if c.np == nil && !rd.armed {
+		dl := time.Now().Add(left)
+		if u := rd.readDL.Load(); u != 0 && u < dl.UnixNano() {
+			dl = time.Unix(0, u)
+		}
+		c.conn.SetReadDeadline(dl)
+		rd.armed = true
+	}
+	return nil
+}
+
+// overdue turns the timeout of a read whose wait the message in progress
+// bounded into the message's own error.
+func (c *Conn) overdue(err error) error {
+	if c.rd.armed && errors.Is(err, os.ErrDeadlineExceeded) {
+		if left, ok := c.messageLeft(); ok && left <= 0 {
+			return messageTimeout(c.cfg.MessageTimeout)
+		}
+	}
+	return err
+}
+
+// messageDone ends the bound on the message that was in progress: the
+// frames read since make up whole messages.
+func (c *Conn) messageDone() {
+	rd := c.rd
+	rd.since = 0
+	if !rd.armed {
+		return
+	}
+	rd.armed = false
+	if c.np == nil {
+		var dl time.Time
+		if u := rd.readDL.Load(); u != 0 {
+			dl = time.Unix(0, u)
+		}
+		c.conn.SetReadDeadline(dl)
+		return
+	}
+	c.wakeAt(c.np.readDeadline())
+}
+
+// messageTimeout is the error of a message not complete after t
+// (Options.MessageTimeout).
+func messageTimeout(t time.Duration) error {
+	return &ProtocolError{Code: StatusPolicyViolation, Reason: "message not complete after " + t.String(),
+		err: os.ErrDeadlineExceeded}
 }
 
 // mayPark reports whether a read must not wait but park the connection
@@ -210,6 +340,9 @@ func (c *Conn) readFrames() error {
 			return err
 		}
 		rd.inFrame = false
+		if rd.since != 0 && rd.op == 0 {
+			c.messageDone()
+		}
 	}
 }
 
@@ -374,8 +507,12 @@ func (c *Conn) readData(h *frameHeader) error {
 			}
 			rd.op = h.op
 			rd.n = 0
+			rd.empty = 0
 			rd.compressed = h.compressed
 			rd.utf8.Reset()
+		}
+		if err := rd.countEmpty(h); err != nil {
+			return err
 		}
 		if h.length > limit-int64(rd.n) { // not rd.n+length: that can wrap
 			return protocolError(StatusMessageTooBig, "message over the size limit")
@@ -395,43 +532,21 @@ func (c *Conn) readData(h *frameHeader) error {
 
 	pos := int(rd.pos)
 	for rd.n < end {
+		avail := rd.w - rd.r
 		if rd.msg == nil || len(*rd.msg) == rd.n {
-			// Grow with the bytes that have arrived, never with the length
-			// a header announces: the buffer holds at most about twice what
-			// arrived (at least messageChunk), so a peer that announces
-			// 16 MiB and sends 100 KiB pins 256 KiB, and a message in many
-			// fragments grows geometrically, in linear time. The last
-			// frame's end bounds the size; before it, the size limit does,
-			// and the stream threshold past which the message is streamed.
-			size := max(2*rd.n, rd.n+rd.w-rd.r, messageChunk)
-			if fin {
-				size = min(size, end)
-			} else {
-				size = int(min(int64(size), limit))
-				if threshold > 0 {
-					size = min(size, threshold)
+			if avail == 0 {
+				// Memory follows the bytes that arrived, from the first:
+				// a buffer for the message is taken once some have.
+				if err := c.fill(); err != nil {
+					rd.pos = uint8(pos)
+					return noEOF(err)
 				}
+				continue
 			}
-			if fin && size < end {
-				// A buffer for the whole frame that the pool already
-				// holds commits no new memory: take it rather than grow
-				// to it by doubling, copying the message at each step.
-				if nb := bufpool.TryGet(end); nb != nil {
-					if rd.msg != nil {
-						copy(*nb, (*rd.msg)[:rd.n])
-						bufpool.Put(rd.msg)
-					}
-					rd.msg = nb
-				}
-			}
-			if rd.msg == nil {
-				rd.msg = bufpool.Get(size)
-			} else if len(*rd.msg) == rd.n {
-				rd.msg = bufpool.Grow(rd.msg, size)
-			}
+			rd.growMessage(fin, end, limit, threshold)
 		}
 		dst := (*rd.msg)[rd.n:min(end, len(*rd.msg))]
-		if avail := rd.w - rd.r; avail > 0 {
+		if avail > 0 {
 			k := min(avail, len(dst))
 			pos = c.unmask(dst[:k], (*rd.buf)[rd.r:rd.r+k], key, pos)
 			rd.r += k
@@ -479,6 +594,9 @@ func (c *Conn) readData(h *frameHeader) error {
 	}
 	wire := rd.n
 	if rd.compressed {
+		if rd.loop && (wire > loopInflateMax || rd.work >= loopWorkBudget) {
+			return errHandoff // its inflating and its handler may take long
+		}
 		if err := c.inflateMessage(); err != nil {
 			if threshold > 0 && isTooBig(err) && int64(threshold) < limit {
 				// Small on the wire, past the threshold once inflated:
@@ -489,6 +607,9 @@ func (c *Conn) readData(h *frameHeader) error {
 			return err
 		}
 		checkText = rd.op == OpText && !c.cfg.SkipUTF8Validation
+		if rd.loop {
+			rd.addWork(rd.n)
+		}
 	}
 	if checkText && !rd.utf8.Complete() {
 		return protocolError(StatusInvalidFramePayloadData, "text not valid UTF-8")
@@ -504,6 +625,51 @@ func (c *Conn) readData(h *frameHeader) error {
 		return nil
 	}
 	c.dispatch(m)
+	return nil
+}
+
+// growMessage makes room in the message buffer for the bytes that have
+// arrived (rd.buf[r:w]) and more: about twice the message so far, never
+// what a header announces, so that a peer that announces 16 MiB and sends
+// 1 KiB holds about 1 KiB, and a message in many pieces grows
+// geometrically, in linear time. The last frame's end bounds the size;
+// before it, the size limit does, and the stream threshold past which the
+// message is streamed.
+func (rd *readState) growMessage(fin bool, end int, limit int64, threshold int) {
+	size := max(2*rd.n, rd.n+rd.w-rd.r)
+	if fin {
+		size = min(size, end)
+	} else {
+		size = int(min(int64(size), limit))
+		if threshold > 0 {
+			size = min(size, threshold)
+		}
+	}
+	if fin && size < end {
+		// A buffer for the whole frame that the pool already holds commits
+		// no new memory: take it rather than grow to it by doubling,
+		// copying the message at each step.
+		if nb := bufpool.TryGet(end); nb != nil {
+			if rd.msg != nil {
+				copy(*nb, (*rd.msg)[:rd.n])
+				bufpool.Put(rd.msg)
+			}
+			rd.msg = nb
+			return
+		}
+	}
+	rd.msg = bufpool.Grow(rd.msg, size)
+}
+
+// countEmpty counts h, the header of a data frame of the message in
+// progress, if it is empty and not the last (maxEmptyFrames).
+func (rd *readState) countEmpty(h *frameHeader) error {
+	if h.length > 0 || h.fin {
+		return nil
+	}
+	if rd.empty++; rd.empty > maxEmptyFrames {
+		return protocolError(StatusPolicyViolation, "more than 1024 empty frames in one message")
+	}
 	return nil
 }
 

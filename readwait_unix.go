@@ -23,11 +23,6 @@ const (
 	dirWrite
 )
 
-// loopReadBudget bounds the reads one connection makes in a turn of its
-// event loop (netpoll mode, Linux); a connection with more to read goes on
-// on a goroutine.
-const loopReadBudget = 16
-
 // idleReader is the part of a Conn that reads through a syscall.RawConn
 // (in goroutine mode; netpoll mode reads from gust's own socket).
 type idleReader struct {
@@ -128,8 +123,11 @@ func (c *Conn) fillIdle() (bool, error) {
 	if err := c.uncork(); err != nil {
 		return true, err
 	}
+	if err := c.waitMessage(); err != nil {
+		return true, err
+	}
 	_, err := c.idleRead(nil, c.mayPark())
-	return true, err
+	return true, c.overdue(err)
 }
 
 // idleReadSize is the size of the pooled buffer an idle read takes.
@@ -143,9 +141,9 @@ func (c *Conn) idleReadSize() int { return max(c.cfg.ReadBufferSize, minReadBuff
 // the read that would find nothing, one system call in three for small
 // request/response messages). Not once the loop has seen the peer's end
 // (peerEnded): a FIN that came with the last bytes, in their event, queues
-// none, and only a read finds it. A connection that
-// has had loopReadBudget reads in this turn is handed to a goroutine
-// (errHandoff), so that a peer that keeps sending cannot hold up the loop.
+// none, and only a read finds it. A connection that has done
+// loopWorkBudget of work in this turn is handed to a goroutine (errHandoff),
+// so that a peer that keeps sending cannot hold up the loop.
 func (c *Conn) tryRead(p []byte) (int, error) {
 	return c.idleRead(p, true)
 }
@@ -161,7 +159,7 @@ func (c *Conn) idleRead(dst []byte, park bool) (int, error) {
 			c.hbWaiting()
 			return 0, errPark
 		}
-		if c.rd.reads >= loopReadBudget {
+		if c.rd.work >= loopWorkBudget {
 			return 0, errHandoff
 		}
 	}
@@ -196,7 +194,9 @@ func (c *Conn) idleRead(dst []byte, park bool) (int, error) {
 		c.rd.buf, c.rd.r, c.rd.w = buf, 0, n
 		size = c.idleReadSize()
 	}
-	c.rd.reads++
+	if c.rd.loop {
+		c.rd.addWork(n)
+	}
 	c.rd.drained = c.rd.loop && n < size && !c.np.peerEnded()
 	c.hbArrived()
 	return n, c.cork(drainedBatch(n, size))

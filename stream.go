@@ -284,6 +284,9 @@ func (s *msgStream) nextFrame() error {
 	if h.op != opContinuation {
 		return protocolError(StatusProtocolError, "new message inside a fragmented message")
 	}
+	if err := c.rd.countEmpty(h); err != nil {
+		return err
+	}
 	if h.length > c.maxMessageSize()-s.wire {
 		return protocolError(StatusMessageTooBig, "message over the size limit")
 	}
