@@ -158,9 +158,10 @@ func broadcast(conns []*gust.Conn, pm *gust.PreparedMessage) {
 	for _, c := range conns {
 		// Queues and returns at once: one client that stops reading fills
 		// its own outbox and is closed, and delays no one.
-		if err := c.WritePreparedAsync(pm, nil); err != nil {
-			log.Printf("%v: %v", c.RemoteAddr(), err) // ErrSlowConsumer, or net.ErrClosed once it ended
-		}
+		err := c.WritePreparedAsync(pm, nil)
+		if errors.Is(err, gust.ErrSlowConsumer) {
+			log.Printf("%v: too slow, closed with 1008", c.RemoteAddr()) // OnClose follows
+		} // else nil, or net.ErrClosed for one closing or gone: drop it in OnClose
 	}
 }
 
