@@ -57,7 +57,9 @@ type CompressionOptions struct {
 
 	// PeerWindowBits asks the peer to bound the window of its messages, so
 	// that this side keeps 2^PeerWindowBits bytes for reading them. A
-	// client whose server answers with a larger one fails the handshake.
+	// client whose server answers with a larger one fails the handshake. A
+	// server can ask only a client that offered client_max_window_bits
+	// (gust's always does); for one that did not, it keeps 32 KiB.
 	// Default 15 (32 KiB).
 	PeerWindowBits int
 }

@@ -28,6 +28,9 @@ func TestNegotiateDeflate(t *testing.T) {
 		{"permessage-deflate", CompressionOptions{}, "permessage-deflate"},
 		{"permessage-deflate; client_max_window_bits", CompressionOptions{}, "permessage-deflate"},
 		{"permessage-deflate; client_max_window_bits", CompressionOptions{PeerWindowBits: 10}, "permessage-deflate; client_max_window_bits=10"},
+		// PeerWindowBits binds only a client that offered
+		// client_max_window_bits: without it, the server keeps 32 KiB.
+		{"permessage-deflate", CompressionOptions{PeerWindowBits: 10}, "permessage-deflate"},
 		{"permessage-deflate; client_max_window_bits=9", CompressionOptions{}, "permessage-deflate; client_max_window_bits=9"},
 		{"permessage-deflate; server_max_window_bits=8", CompressionOptions{}, "permessage-deflate; server_max_window_bits=8"},
 		// An offered server_max_window_bits is always answered (RFC 7692

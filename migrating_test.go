@@ -245,6 +245,14 @@ func (s slowAPI) OnMessage(c *gust.Conn, m *gust.Message) {
 
 // --- from an earlier gust ---
 
+// before, on a client:
+// gust.CompressionOptions{Enabled: true, ServerMaxWindowBits: 10, ClientNoContextTakeover: true}
+var clientCompression = gust.CompressionOptions{
+	Enabled:           true,
+	PeerWindowBits:    10,   // server_max_window_bits=10: the server's messages
+	NoContextTakeover: true, // client_no_context_takeover: the client's own
+}
+
 func loggerFor(legacy *log.Logger) gust.Options {
 	// before: gust.Options{ErrorLog: legacy}
 	return gust.Options{Logger: slog.New(slog.NewTextHandler(legacy.Writer(), nil))}
