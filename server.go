@@ -47,19 +47,16 @@ type Server struct {
 	// certificates.
 	TLSConfig *tls.Config
 
-	// HTTPHandler, if set, serves the requests that are not WebSocket
-	// handshakes (no Upgrade: websocket field), through net/http on the
-	// same connection: keep-alive, bodies and HTTP/1.1's rules are
-	// net/http's, and a later request on that connection goes to
-	// HTTPHandler even if it asks for a WebSocket. The first request's
-	// head is read by the Server, within HandshakeTimeout and
-	// MaxHeaderBytes; after it, each request has HandshakeTimeout to
-	// arrive (head and body), its response HandshakeTimeout to be written
-	// (a handler that needs longer extends its deadlines with
-	// http.ResponseController), and an idle connection is closed after
-	// HandshakeTimeout. Metrics and OnRequest see none of these requests;
-	// Shutdown and Close end them too. Default nil: such a request is
-	// refused as a failed handshake.
+	// HTTPHandler, if set, serves the requests without an Upgrade:
+	// websocket field, through net/http on the same connection, with the
+	// bytes the Server read put back: keep-alive, bodies and HTTP/1.1's
+	// rules are net/http's, and so are later requests on that connection,
+	// even one that asks for a WebSocket. Each request has HandshakeTimeout
+	// to arrive and as long for its response (http.ResponseController
+	// extends them), an idle connection as long for its next request, and
+	// heads are bounded by MaxHeaderBytes. Shutdown and Close cover these
+	// connections; OnRequest and Metrics do not see them. Default nil: such
+	// a request is refused as a failed handshake.
 	HTTPHandler http.Handler
 
 	serverOnce sync.Once
