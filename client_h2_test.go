@@ -340,3 +340,31 @@ func TestDialH2FallsBackWithoutExtendedConnect(t *testing.T) {
 	require.Equal(t, 1, resp.ProtoMajor)
 	require.Equal(t, int32(2), dials.Load(), "an HTTP/2 connection, then an HTTP/1.1 one")
 }
+
+// TestDialH2BadAcceptIsHandshakeError: a server that accepts the extended
+// CONNECT (200) but breaks RFC 6455 doing so, here with a subprotocol the
+// client did not offer, gives the *HandshakeError the docs describe for a
+// broken 101: the status the server accepted with, Err set, and the "bad
+// handshake response" prefix.
+func TestDialH2BadAcceptIsHandshakeError(t *testing.T) {
+	t.Parallel()
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Sec-WebSocket-Protocol", "not.offered")
+		w.WriteHeader(http.StatusOK)
+		http.NewResponseController(w).Flush()
+		<-r.Context().Done()
+	}))
+	ts.EnableHTTP2 = true
+	ts.StartTLS()
+	defer ts.Close()
+	opts := &DialOptions{TLSConfig: ts.Client().Transport.(*http.Transport).TLSClientConfig, HTTP2: true}
+	_, resp, err := Dial(context.Background(), "wss://"+strings.TrimPrefix(ts.URL, "https://"), nil, opts)
+	var he *HandshakeError
+	require.ErrorAs(t, err, &he)
+	require.NotNil(t, resp)
+	require.Equal(t, 2, resp.ProtoMajor)
+	require.Equal(t, http.StatusOK, he.Status)
+	require.Error(t, he.Err)
+	require.ErrorContains(t, err, "gust: dial wss://"+strings.TrimPrefix(ts.URL, "https://")+": bad handshake response: ")
+	require.ErrorContains(t, err, "not.offered")
+}

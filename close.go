@@ -160,7 +160,8 @@ func (e *PanicError) Error() string {
 //   - Status 101, Err set: the server accepted but broke RFC 6455 §4.1 or
 //     RFC 7692 doing so (a wrong Sec-WebSocket-Accept, a subprotocol or
 //     an extension that was not offered, invalid permessage-deflate
-//     parameters).
+//     parameters). Over HTTP/2 (RFC 8441) a server accepts with a 2xx,
+//     not 101: Status is then that 2xx, usually 200.
 //
 // Otherwise Status is 0 and Err is the cause: invalid options or URL, a
 // refused or failed TCP connection, a proxy or TLS failure, ctx's error
@@ -191,7 +192,7 @@ func (e *HandshakeError) Error() string {
 	}
 	prefix := "gust: dial " + e.URL + ": "
 	if e.Err != nil {
-		if e.Status == http.StatusSwitchingProtocols {
+		if e.Status == http.StatusSwitchingProtocols || e.Status/100 == 2 { // 2xx: accepted over HTTP/2
 			return prefix + "bad handshake response: " + e.Err.Error()
 		}
 		return prefix + e.Err.Error()
