@@ -1,5 +1,9 @@
 module github.com/gustws/gust/cluster/nats
 
+// go 1.26.0, where the core module declares 1.25: nats-server/v2 v2.15,
+// nats.go v1.55 and golang.org/x/crypto, sys and time declare go 1.26.0,
+// and a module cannot declare less than its dependencies (go mod tidy
+// raises it).
 go 1.26.0
 
 replace github.com/gustws/gust => ../../

@@ -1,5 +1,9 @@
 module github.com/gustws/gust/metrics/prometheus
 
+// go 1.26.0, where the core module declares 1.25: prometheus/client_golang
+// v1.25, prometheus/common v0.72 and golang.org/x/sys declare go 1.26.0,
+// and a module cannot declare less than its dependencies (go mod tidy
+// raises it).
 go 1.26.0
 
 replace github.com/gustws/gust => ../../
