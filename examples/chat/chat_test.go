@@ -41,7 +41,7 @@ func TestChatInChromium(t *testing.T) {
 	ch := newChat()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	srv := &http.Server{Handler: ch.handler()}
+	srv := ch.server(10 * time.Second)
 	go srv.Serve(ln)
 	defer func() {
 		// 10 s: net/http's Shutdown takes up to 5 s for a connection

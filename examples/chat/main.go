@@ -56,6 +56,8 @@ type chat struct {
 	mu      sync.Mutex
 	rooms   map[string]map[*gust.Conn]string // room -> connection -> name
 	version uint64                           // of the member lists, under mu
+
+	wsDone chan error // the Upgrader's Shutdown, run by server's hook
 }
 
 // event is what the page receives.
@@ -216,7 +218,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	srv := &http.Server{Handler: ch.handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second}
+	srv := ch.server(10 * time.Second)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	shut := make(chan error, 1)
@@ -233,19 +235,30 @@ func main() {
 	}
 }
 
-// shutdown stops srv and closes every WebSocket with 1001 (the pages
-// reconnect by themselves, to the next server), and waits for both, within
-// grace. srv.Shutdown stops accepting and ends idle HTTP connections, but
-// does not cover the WebSockets, which net/http handed over to gust: the
-// Upgrader's Shutdown does. The two run side by side: srv.Shutdown may wait
+// server returns the chat's http.Server. net/http's Shutdown stops
+// accepting and ends idle HTTP connections, but does not cover the
+// WebSockets, which net/http handed over to gust: a hook registered with
+// RegisterOnShutdown runs the Upgrader's Shutdown, which closes each with
+// 1001 (the pages reconnect by themselves, to the next server) and waits
+// for them, within grace. The hook runs beside srv.Shutdown, which may wait
 // up to 5 s for a connection a browser opened ahead of need and never used
-// (net/http counts it idle only then), and the WebSockets should not wait
-// behind it.
+// (net/http counts it idle only then): the WebSockets do not wait behind it.
+func (ch *chat) server(grace time.Duration) *http.Server {
+	srv := &http.Server{Handler: ch.handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second}
+	ch.wsDone = make(chan error, 1)
+	srv.RegisterOnShutdown(func() { // in a goroutine of its own, with no context
+		ctx, cancel := context.WithTimeout(context.Background(), grace)
+		defer cancel()
+		ch.wsDone <- ch.upgrader.Shutdown(ctx)
+	})
+	return srv
+}
+
+// shutdown stops srv, made by server, and waits for it and for the
+// WebSockets its hook closes, within grace.
 func (ch *chat) shutdown(srv *http.Server, grace time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
-	httpDone := make(chan error, 1)
-	go func() { httpDone <- srv.Shutdown(ctx) }()
-	wsErr := ch.upgrader.Shutdown(ctx)
-	return errors.Join(<-httpDone, wsErr)
+	err := srv.Shutdown(ctx)
+	return errors.Join(err, <-ch.wsDone)
 }

@@ -25,7 +25,7 @@ func TestShutdownSendsGoingAway(t *testing.T) {
 	ch := newChat()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	srv := &http.Server{Handler: ch.handler()}
+	srv := ch.server(10 * time.Second)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 

@@ -3,8 +3,9 @@
 // close frame with 1001 (going away), and the server waits up to 5 seconds
 // for them to end.
 //
-//	go run ./examples/echo            # serves ws://127.0.0.1:8080/
+//	go run ./examples/echo            # serves ws://127.0.0.1:8080/ws
 //	go run ./examples/echo -addr 127.0.0.1:9000
+//	go run ./examples/client ws://127.0.0.1:8080/ws   # type lines, see them echoed
 package main
 
 import (
@@ -33,28 +34,39 @@ func (echo) OnMessage(c *gust.Conn, m *gust.Message) {
 	}
 }
 
-// serve echoes WebSockets on ln until ctx is done, then shuts down: the
-// http.Server first (it stops accepting and ends idle HTTP connections, but
-// does not cover the hijacked WebSockets), then the Upgrader, which sends
-// each connection 1001 and waits for them, up to grace.
+// serve echoes WebSockets at /ws on ln until ctx is done, then shuts down:
+// the http.Server stops accepting and ends idle HTTP connections, and its
+// RegisterOnShutdown hook has the Upgrader send each WebSocket (which
+// net/http no longer tracks once hijacked) 1001 and wait for them, up to
+// grace.
 func serve(ctx context.Context, ln net.Listener, grace time.Duration) error {
 	upgrader := &gust.Upgrader{Handler: echo{}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/ws", func(w http.ResponseWriter, r *http.Request) {
+		c, err := upgrader.Upgrade(w, r)
+		if err != nil {
+			return // Upgrade has answered with the HTTP error
+		}
+		c.ReadLoop()
+	})
 	// http.Serve would set no timeouts: a client could hold a connection
 	// for ever by sending its request head a byte at a time (slowloris), or
 	// by sending nothing after a refused request. ReadHeaderTimeout bounds
 	// the head and IdleTimeout the wait for the next request; neither
 	// applies once Upgrade has taken the connection.
 	srv := &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			c, err := upgrader.Upgrade(w, r)
-			if err != nil {
-				return // Upgrade has answered with the HTTP error
-			}
-			c.ReadLoop()
-		}),
+		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       60 * time.Second,
 	}
+	// The hook runs in a goroutine of its own when Shutdown starts, with
+	// no context: it makes its own, and reports through wsDone.
+	wsDone := make(chan error, 1)
+	srv.RegisterOnShutdown(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), grace)
+		defer cancel()
+		wsDone <- upgrader.Shutdown(ctx)
+	})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	select {
@@ -64,7 +76,7 @@ func serve(ctx context.Context, ln net.Listener, grace time.Duration) error {
 	}
 	shutdown, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
-	err := errors.Join(srv.Shutdown(shutdown), upgrader.Shutdown(shutdown))
+	err := errors.Join(srv.Shutdown(shutdown), <-wsDone)
 	if serr := <-served; !errors.Is(serr, http.ErrServerClosed) {
 		err = errors.Join(err, serr)
 	}
@@ -81,7 +93,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	log.Printf("echo server on ws://%s/", ln.Addr())
+	log.Printf("echo server on ws://%s/ws", ln.Addr())
 	if err := serve(ctx, ln, 5*time.Second); err != nil {
 		log.Fatal(err)
 	}

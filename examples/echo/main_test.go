@@ -37,7 +37,7 @@ func TestShutdownSendsGoingAway(t *testing.T) {
 	var clients []*closeRecorder
 	for range 3 {
 		r := &closeRecorder{messages: make(chan string, 1), closed: make(chan error, 1)}
-		c, _, err := gust.Dial(context.Background(), "ws://"+ln.Addr().String()+"/", r, nil)
+		c, _, err := gust.Dial(context.Background(), "ws://"+ln.Addr().String()+"/ws", r, nil)
 		require.NoError(t, err)
 		go c.ReadLoop()
 		require.NoError(t, c.WriteString("hi"))

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gustws/gust"
+)
+
+type echo struct{ gust.BuiltinEventHandler }
+
+func (echo) OnMessage(c *gust.Conn, m *gust.Message) {
+	defer m.Close()
+	c.WriteMessage(m.Opcode, m.Data)
+}
+
+// syncBuffer is a bytes.Buffer that the client's goroutines may share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestClientAgainstEcho runs the client against a gust echo server with
+// every flag: the lines of stdin come back on stdout, in order, the
+// subprotocol, compression and header reach the server, and the end of
+// stdin closes the connection with a handshake (exit status 0).
+func TestClientAgainstEcho(t *testing.T) {
+	seen := make(chan http.Header, 1)
+	upgrader := &gust.Upgrader{
+		Handler:      echo{},
+		Subprotocols: []string{"echo.v1"},
+		Options:      gust.Options{Compression: gust.CompressionOptions{Enabled: true}},
+	}
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- r.Header.Clone()
+		c, err := upgrader.Upgrade(w, r)
+		if err != nil {
+			return
+		}
+		c.ReadLoop()
+	}))
+	defer ts.Close()
+
+	// Typed input: each line is answered before the next is typed, and
+	// Ctrl-D (the pipe's end) closes at once with -linger 0.
+	var stdout, stderr syncBuffer
+	stdin, typing := io.Pipe()
+	code := make(chan int, 1)
+	go func() {
+		code <- run(context.Background(), []string{
+			"-url", "ws" + strings.TrimPrefix(ts.URL, "http") + "/ws",
+			"-subprotocol", "other,echo.v1",
+			"-compress",
+			"-H", "X-Trace: abc 123",
+			"-H", "Cookie: id=1",
+			"-linger", "0",
+		}, stdin, &stdout, &stderr)
+	}()
+	want := ""
+	for _, line := range []string{"hello", "world", strings.Repeat("x", 2000)} {
+		_, err := io.WriteString(typing, line+"\n")
+		require.NoError(t, err)
+		want += "< " + line + "\n"
+		require.Eventually(t, func() bool { return stdout.String() == want }, 10*time.Second, 5*time.Millisecond,
+			"stdout %q, stderr %q", stdout.String(), stderr.String())
+	}
+	typing.Close()
+	require.Equal(t, 0, <-code, "stderr:\n%s", stderr.String())
+	require.Contains(t, stderr.String(), `subprotocol "echo.v1", compression true`)
+	require.Contains(t, stderr.String(), "closed: gust: closed, the peer answering with 1000")
+
+	h := <-seen
+	require.Equal(t, "abc 123", h.Get("X-Trace"))
+	require.Equal(t, "id=1", h.Get("Cookie"))
+	require.Equal(t, "other, echo.v1", strings.Join(h.Values("Sec-WebSocket-Protocol"), ", "))
+	require.Contains(t, h.Get("Sec-WebSocket-Extensions"), "permessage-deflate")
+}
+
+// TestClientPipedInput: with input piped in, the client waits -linger
+// after its end for the replies still on their way.
+func TestClientPipedInput(t *testing.T) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := (&gust.Upgrader{Handler: echo{}}).Upgrade(w, r)
+		if err == nil {
+			c.ReadLoop()
+		}
+	}))
+	defer ts.Close()
+	var stdout, stderr syncBuffer
+	code := run(context.Background(), []string{"-url", "ws" + strings.TrimPrefix(ts.URL, "http"), "-linger", "500ms"},
+		strings.NewReader("one\ntwo\n"), &stdout, &stderr)
+	require.Equal(t, 0, code, "stderr:\n%s", stderr.String())
+	require.Equal(t, "< one\n< two\n", stdout.String())
+}
+
+// TestClientRefused: a refused handshake is reported with its status, and
+// the exit status is 1; a bad flag gives 2.
+func TestClientRefused(t *testing.T) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "go away", http.StatusForbidden)
+	}))
+	defer ts.Close()
+	var stdout, stderr syncBuffer
+	code := run(context.Background(), []string{"-url", "ws" + strings.TrimPrefix(ts.URL, "http")},
+		strings.NewReader(""), &stdout, &stderr)
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr.String(), "403")
+	require.Contains(t, stderr.String(), "go away")
+
+	require.Equal(t, 2, run(context.Background(), []string{"-H", "no colon"}, strings.NewReader(""), &stdout, &stderr))
+}
