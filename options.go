@@ -85,8 +85,9 @@ type Options struct {
 	// OutboxPolicy is what happens to a message queued while the outbox
 	// holds OutboxSize: refused with ErrQueueFull (OutboxReject, the
 	// default), the oldest or the new one dropped, or the connection closed
-	// with 1008 as a slow consumer (OutboxCloseSlow). Values other than the
-	// four constants mean OutboxReject.
+	// with 1008 as a slow consumer (OutboxCloseSlow: a peer that does not
+	// read again within CloseTimeout is cut without the close frame). Values
+	// other than the four constants mean OutboxReject.
 	OutboxPolicy OutboxPolicy
 
 	// CloseTimeout bounds the wait for the peer's answer to a close frame
@@ -173,8 +174,10 @@ type Options struct {
 	// connection again. A frame
 	// that arrives in pieces is parsed as far as its bytes go and resumed
 	// at the next arrival, holding no more than the frame needs meanwhile.
-	// ReadLoop returns as soon as the connection is first idle; OnClose is
-	// still called once.
+	// ReadLoop returns as soon as the connection is first idle, so a
+	// net/http handler returns while its WebSocket lives on (r.Context()
+	// is cancelled, middleware sees a 0 ms request): what must follow the
+	// connection goes in OnClose, still called once. See [Conn.ReadLoop].
 	//
 	// The callbacks then run on a loop shared with other connections, so
 	// they must not block: a callback that waits (on a lock, a database, a

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strconv"
 	"sync"
+	"time"
 )
 
 // OutboxPolicy is what a connection's outbox does with a message queued
@@ -31,12 +32,20 @@ const (
 	OutboxDropNewest
 
 	// OutboxCloseSlow discards the queue and closes the connection with 1008
-	// (policy violation): the close frame goes out once the write in
-	// progress, if any, completes, and a write blocked on the peer is cut
-	// by Options.WriteTimeout. The call returns ErrSlowConsumer, the
-	// discarded messages' done functions receive it, and OnClose receives
-	// an error for which errors.Is(err, ErrSlowConsumer) holds. Later calls
-	// return net.ErrClosed.
+	// (policy violation). The call returns ErrSlowConsumer, the discarded
+	// messages' done functions receive it, and OnClose receives an error
+	// for which errors.Is(err, ErrSlowConsumer) holds. Later calls, and
+	// writes of any kind that were waiting for their turn, return
+	// net.ErrClosed.
+	//
+	// The close frame goes out as soon as the socket takes it: right after
+	// the frame being written, if any, which cannot be cut short. A peer
+	// that reads again within Options.CloseTimeout of the overflow gets
+	// what was in flight, then the 1008 close frame (Metrics.Closed reports
+	// 1008, cause "slow"). One that does not is cut then, without a close
+	// frame: it sees the TCP connection end, or a reset, and its side
+	// reports 1006 (abnormal closure), as Metrics.Closed does here (cause
+	// "slow").
 	OutboxCloseSlow
 )
 
@@ -352,6 +361,9 @@ func (c *Conn) closeSlowLocked() error {
 	o.queue, o.head = nil, 0
 	o.state = outboxClosing
 	c.record(ErrSlowConsumer)
+	// The close frame goes out once the socket takes the write in progress;
+	// a peer that does not read for CloseTimeout is cut without it.
+	time.AfterFunc(c.cfg.CloseTimeout, c.cutSlow)
 	start := c.startWriterLocked()
 	o.mu.Unlock()
 	if start {
@@ -370,6 +382,15 @@ func (c *Conn) closeSlowLocked() error {
 	}
 	releaseOutbox(all)
 	return ErrSlowConsumer
+}
+
+// cutSlow ends a connection closed as slow whose close frame has not gone
+// out CloseTimeout after the outbox overflowed: the peer is not reading, and
+// the write blocked on it fails now.
+func (c *Conn) cutSlow() {
+	if !c.closing.Load() && !c.netDone.Load() {
+		c.abort(ErrSlowConsumer)
+	}
 }
 
 // closeOutbox refuses further messages once the connection has ended; a

@@ -368,3 +368,56 @@ func TestOutboxWritesAtOnceOnASocket(t *testing.T) {
 		require.Zero(t, failed.Load())
 	})
 }
+
+// OutboxCloseSlow over TCP, with a peer that stopped reading: if it reads
+// again after the overflow, what was in flight reaches it, then the 1008
+// close frame, and Metrics reports 1008 "slow"; if it never reads again it
+// is cut within CloseTimeout of the overflow (WriteTimeout is far longer),
+// Metrics reporting 1006 "slow".
+func TestOutboxCloseSlowReachesThePeer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fills socket buffers")
+	}
+	for _, resume := range []bool{true, false} {
+		name := map[bool]string{true: "peer reads again", false: "peer never reads"}[resume]
+		t.Run(name, func(t *testing.T) {
+			forEachTCPMode(t, func(t *testing.T, m serverMode) {
+				h := newRecorder()
+				ml := &metricsLog{}
+				closeTimeout := 2 * time.Second
+				if !resume {
+					closeTimeout = 300 * time.Millisecond
+				}
+				addr := m.start(t, h, &Options{OutboxSize: 8, OutboxPolicy: OutboxCloseSlow,
+					CloseTimeout: closeTimeout, WriteTimeout: time.Minute, Metrics: ml})
+				c := dialRaw(t, addr, nil)
+				sc := h.waitOpen(t)
+
+				p := bytes.Repeat([]byte{'x'}, 64<<10)
+				var err error
+				for range 4000 { // 256 MiB at most: far past what loopback's buffers hold
+					if err = sc.WriteAsync(OpBinary, p, nil); err != nil {
+						break
+					}
+				}
+				require.ErrorIs(t, err, ErrSlowConsumer)
+				overflow := time.Now()
+				require.ErrorIs(t, sc.WriteMessage(OpText, []byte("late")), net.ErrClosed,
+					"a write after the overflow does not go before the close frame")
+
+				if resume {
+					c.nc.SetReadDeadline(time.Now().Add(20 * time.Second))
+					c.expectClose(StatusPolicyViolation) // reads what was in flight first
+					require.ErrorIs(t, h.waitClose(t), ErrSlowConsumer)
+					require.Equal(t, closeEvent{StatusPolicyViolation, causeSlow}, ml.waitClose(t))
+					return
+				}
+				err = h.waitClose(t)
+				elapsed := time.Since(overflow)
+				require.ErrorIs(t, err, ErrSlowConsumer)
+				require.Less(t, elapsed, closeTimeout+2*time.Second, "cut by CloseTimeout, not WriteTimeout")
+				require.Equal(t, closeEvent{StatusAbnormalClosure, causeSlow}, ml.waitClose(t))
+			})
+		})
+	}
+}

@@ -44,6 +44,7 @@ type writeState struct {
 	noWait    bool // an event loop is dispatching: no write may wait (netWrite)
 	early     bool // flush once at earlyFlushSize: the read drained the socket (drainedBatch)
 	closeSent bool
+	closing   bool // writeCloseFrame is writing: the only write allowed once the connection is ending
 	closed    bool
 }
 
@@ -291,7 +292,9 @@ func (c *Conn) writeCloseFrame(code StatusCode, reason string) error {
 		// close frame counts as sent, so that the latter opens intact.
 		return errClosed
 	}
+	c.wr.closing = true
 	err := c.writeFrameLocked(opClose, p[:n])
+	c.wr.closing = false
 	c.wr.closeSent = true
 	c.closing.Store(true)
 	if err == nil {
@@ -373,6 +376,11 @@ func (c *Conn) writableLocked() error {
 		return w.err
 	}
 	if w.closed || w.closeSent {
+		return errClosed
+	}
+	if c.err.Load() != nil && !w.closing {
+		// Ending (abort, or OutboxCloseSlow): writes waiting for their
+		// turn must not go before a slow consumer's close frame.
 		return errClosed
 	}
 	return nil
