@@ -156,6 +156,10 @@ func (c *Conn) attach(nc net.Conn, buffered []byte, subprotocol string) {
 // connection has nothing to read: it calls OnOpen, dispatches what has
 // arrived, and hands the connection to one of gust's event loops, which
 // reads and dispatches from then on, and OnClose is called when it ends.
+// A net/http handler then returns while the connection lives: its
+// r.Context() is cancelled, an access log records the request as over,
+// and code after ReadLoop runs at once. Read what you need from r before
+// Upgrade (Conn.Set keeps it), and do what ends the connection in OnClose.
 func (c *Conn) ReadLoop() {
 	// A Conn without a connection (a zero one, or one whose handshake is
 	// in progress) returns before it counts as started, so that the

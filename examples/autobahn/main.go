@@ -10,6 +10,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"log"
 	"net"
@@ -57,14 +58,18 @@ func main() {
 				if err != nil {
 					return
 				}
-				c.ReadLoop()
+				c.ReadLoop() // with -netpoll it returns at once: nothing may follow it
 			}),
 			ReadHeaderTimeout: 10 * time.Second, // slowloris; the Server path has HandshakeTimeout
 			IdleTimeout:       60 * time.Second,
 		}
 		go srv.Serve(ln)
 		<-ctx.Done()
-		shutdown(srv.Shutdown)
+		// net/http's Shutdown does not cover hijacked connections: the
+		// Upgrader's closes them with 1001.
+		shutdown(func(ctx context.Context) error {
+			return errors.Join(srv.Shutdown(ctx), upgrader.Shutdown(ctx))
+		})
 	case "server":
 		srv := &gust.Server{Upgrader: gust.Upgrader{Handler: echo{}, Options: opts}}
 		go srv.Serve(ln)

@@ -38,7 +38,7 @@ func TestChatInChromium(t *testing.T) {
 	}
 	chromium, driver := findChromium(t)
 
-	ch := newChat()
+	ch := newChat(false)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	srv := ch.server(10 * time.Second)

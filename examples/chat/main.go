@@ -3,6 +3,7 @@
 //
 //	go run ./examples/chat                       # http://127.0.0.1:8080
 //	go run ./examples/chat -addr 127.0.0.1:9000
+//	go run ./examples/chat -netpoll              # idle members hold no goroutine (Linux)
 //
 // The page (static/index.html, embedded in the binary) opens
 // ws://HOST/ws?name=NAME&room=ROOM. Each connection joins its room's topic
@@ -74,7 +75,8 @@ type event struct {
 	Version uint64 `json:"version,omitempty"`
 }
 
-func newChat() *chat {
+// newChat returns the chat server; netpoll sets Options.Netpoll.
+func newChat(netpoll bool) *chat {
 	ch := &chat{hub: new(hub.Hub), rooms: make(map[string]map[*gust.Conn]string)}
 	// Wrap removes a connection from the Hub before OnClose runs, so the
 	// "left" notice does not go to the connection that left.
@@ -84,6 +86,7 @@ func newChat() *chat {
 			MaxMessageSize: 16 << 10,
 			Compression:    gust.CompressionOptions{Enabled: true},
 			OutboxPolicy:   gust.OutboxCloseSlow, // a member who stops reading is closed with 1008
+			Netpoll:        netpoll,
 		},
 	}
 	return ch
@@ -97,6 +100,11 @@ func (ch *chat) handler() http.Handler {
 		panic(err)
 	}
 	mux.Handle("GET /", http.FileServerFS(page))
+	// In netpoll mode ReadLoop returns as soon as the member is idle, and
+	// this handler with it, while the WebSocket lives on: what the
+	// connection needs is taken from r before Upgrade (r's context ends
+	// with the handler), and leaving the room is OnClose's, never code
+	// after ReadLoop.
 	mux.HandleFunc("GET /ws", func(w http.ResponseWriter, r *http.Request) {
 		name := clean(r.URL.Query().Get("name"), "anonymous")
 		room := clean(r.URL.Query().Get("room"), "lobby")
@@ -106,7 +114,7 @@ func (ch *chat) handler() http.Handler {
 		}
 		c.Set("name", name)
 		c.Set("room", room)
-		c.ReadLoop()
+		c.ReadLoop() // nothing after it: in netpoll mode it returns at once
 	})
 	return mux
 }
@@ -211,9 +219,10 @@ func (ch *chat) send(c *gust.Conn, e event) {
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on")
+	netpoll := flag.Bool("netpoll", false, "netpoll mode (Linux): idle members wait on gust's event loops, not on a goroutine each")
 	flag.Parse()
 
-	ch := newChat()
+	ch := newChat(*netpoll)
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		log.Fatal(err)
