@@ -5,8 +5,9 @@
   cases  --cases P --exclude P      print the case ids the suite will run, one a line: resolved
                                     against the installed suite's own case list (autobahntestsuite,
                                     else kosoku), with wstest's pattern rules
-  spec   --agent A --url U --outdir D --cases P --exclude P
-                                    print a fuzzingclient spec (JSON)
+  spec   --agent A --url U --outdir D --cases P --exclude P [--template F]
+                                    print a fuzzingclient spec (JSON): the template's (by default
+                                    autobahn/fuzzingclient.json), with these fields set
   check  --index F --agent A --expected F [--title T] [--excluded F]
                                     print a Markdown summary per section; exit 1 unless every
                                     expected case ran and is OK (or INFORMATIONAL) in both
@@ -112,13 +113,16 @@ def cmd_cases(args):
 
 
 def cmd_spec(args):
-    spec = {
+    spec = {"exclude-agent-cases": {}}
+    if args.template:
+        with open(args.template) as f:
+            spec.update(json.load(f))
+    spec.update({
         "outdir": args.outdir,
         "servers": [{"agent": args.agent, "url": args.url}],
         "cases": split_patterns(args.cases),
         "exclude-cases": split_patterns(args.exclude),
-        "exclude-agent-cases": {},
-    }
+    })
     print(json.dumps(spec, indent=2, sort_keys=True))
 
 
@@ -227,6 +231,7 @@ def main():
     for a in ("--agent", "--url", "--outdir", "--cases"):
         p.add_argument(a, required=True)
     p.add_argument("--exclude", default="")
+    p.add_argument("--template")
     p = sub.add_parser("check")
     for a in ("--index", "--agent", "--expected"):
         p.add_argument(a, required=True)
