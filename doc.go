@@ -206,8 +206,10 @@
 // reads, parses and dispatches what arrives, and parks it again. The parser
 // is the one goroutine mode uses: it keeps a frame that arrived in part and
 // resumes it at the next arrival. [Conn.ReadLoop] returns at the
-// connection's first idle moment, so a net/http handler returns at once;
-// OnClose still comes exactly once. The limits, compression, heartbeats and
+// connection's first idle moment, so a net/http handler returns at once,
+// its request's context cancelled, while the connection lives on: take
+// what the connection needs from the request before Upgrade, and do what
+// belongs to its end in OnClose, which still comes exactly once. The limits, compression, heartbeats and
 // Shutdown behave as in goroutine mode. The callbacks run on the loop, so
 // they must not block: one that waits holds up every connection of its
 // loop (Options.Parallel, or a goroutine of your own, is the way out). gust
