@@ -150,7 +150,11 @@ func (c *Conn) attach(nc net.Conn, buffered []byte, subprotocol string) {
 // ReadLoop reads and dispatches frames until the connection ends, then
 // calls OnClose and returns. Call it once per Conn, in a goroutine of your
 // choice (a net/http handler may simply call it). Calls after the first
-// return at once.
+// return at once; while the connection lives, such a call is a mistake
+// (calling ReadLoop from OnOpen, or on a Conn a Server serves) and logs a
+// Warn record (Options.Logger), and so does a call on a Conn whose
+// handshake is in progress (from Upgrader.OnRequest). On a zero Conn, or
+// one that has ended, it returns at once without a word.
 //
 // In netpoll mode (Options.Netpoll) ReadLoop returns as soon as the
 // connection has nothing to read: it calls OnOpen, dispatches what has
@@ -165,12 +169,24 @@ func (c *Conn) ReadLoop() {
 	// in progress) returns before it counts as started, so that the
 	// latter still runs once it opens.
 	if c.conn == nil || !c.started.CompareAndSwap(false, true) {
+		if c.cfg != nil && (c.conn == nil || !c.netDone.Load()) {
+			c.readLoopMisused()
+		}
 		return
 	}
 	c.takeRead()
 	c.opened()
 	c.startHeartbeat()
 	c.serve(true)
+}
+
+// readLoopMisused logs a call of ReadLoop that returns at once.
+func (c *Conn) readLoopMisused() {
+	msg := "gust: ReadLoop called while it runs: it runs once per Conn, and this call returned at once"
+	if c.conn == nil {
+		msg = "gust: ReadLoop called before the connection is open (from Upgrader.OnRequest?): this call returned at once"
+	}
+	c.cfg.logger().LogAttrs(context.Background(), slog.LevelWarn, msg, c.remoteAttr())
 }
 
 // serve reads and dispatches until the connection ends, and ends it; in

@@ -203,7 +203,10 @@ var errNilPrepared = errors.New("gust: nil PreparedMessage")
 // enqueue queues it, applying the policy when the outbox is full, and
 // starts the writer unless it runs.
 func (c *Conn) enqueue(it outboxItem) error {
-	if c.netDone.Load() || c.closing.Load() {
+	if c.netDone.Load() {
+		return c.endedErr()
+	}
+	if c.closing.Load() {
 		return errClosed
 	}
 	o := c.wr.box()

@@ -3,7 +3,9 @@ package gust
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,22 +72,28 @@ type pingWaiters struct {
 //
 // The pong is read by the goroutine that runs ReadLoop. A Ping called from
 // that goroutine — from OnOpen, OnPing, OnPong, or OnMessage unless
-// Options.Parallel is set — can never see its pong, since the goroutine
-// that would read it is the one waiting: it returns only when ctx ends.
-// Call Ping from another goroutine. In netpoll mode the callbacks run on an
-// event loop shared with other connections, which such a Ping holds up
-// too. A ping written while the read goroutine
-// dispatches is corked like any write, and its wait is part of the
-// round-trip time.
+// Options.Parallel is set — could never see its pong, since the goroutine
+// that would read it is the one waiting: it returns an error at once,
+// without sending a ping. So does a Ping called from any goroutine that
+// runs a gust connection's callbacks (another connection's in goroutine
+// mode, or an event loop in netpoll mode, where the wait would hold up
+// every connection of the loop). Call Ping from another goroutine, or send
+// a ping with WritePing and see its answer in OnPong. A ping written while
+// the read goroutine dispatches is corked like any write, and its wait is
+// part of the round-trip time.
 //
 // Cost: the first Ping on a connection allocates the set of waiters and
-// its map; each Ping allocates a channel and its map entry.
+// its map; each Ping allocates a channel and its map entry, and walks its
+// goroutine's stack (about a microsecond) to refuse the calls above.
 func (c *Conn) Ping(ctx context.Context) (time.Duration, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
 	if c.conn == nil {
-		return 0, errClosed
+		return 0, c.closedErr()
+	}
+	if onReadPath() {
+		return 0, errPingOnReader
 	}
 	ch := make(chan time.Time, 1)
 	id, ok := c.pings.add(ch)
@@ -162,4 +170,32 @@ func (pw *pingWaiters) end() {
 	}
 	pw.wait = nil
 	pw.mu.Unlock()
+}
+
+// errPingOnReader is what Ping returns when called from a goroutine that
+// reads a connection: it would wait for a pong that only it could read.
+var errPingOnReader = errors.New("gust: Ping called from an event callback, on the goroutine that reads the connection: " +
+	"its pong could never be read; call Ping from another goroutine, or use WritePing and OnPong")
+
+// serveFunc is the name of the function every goroutine that reads a
+// connection and calls its callbacks runs: ReadLoop's, an event loop's, a
+// resumed connection's. Options.Parallel's OnMessage calls run elsewhere.
+const serveFunc = "github.com/gustws/gust.(*Conn).serve"
+
+// onReadPath reports whether the calling goroutine is one that reads a
+// connection and calls its callbacks: whether (*Conn).serve is on its
+// stack. A stack deeper than the frames looked at is taken as not.
+func onReadPath() bool {
+	var pcs [128]uintptr
+	n := runtime.Callers(3, pcs[:])
+	frames := runtime.CallersFrames(pcs[:n])
+	for {
+		f, more := frames.Next()
+		if f.Function == serveFunc {
+			return true
+		}
+		if !more {
+			return false
+		}
+	}
 }

@@ -3,7 +3,7 @@ package gust
 import (
 	"context"
 	"encoding/binary"
-	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"testing"
@@ -121,27 +121,58 @@ func TestPingConnectionEnds(t *testing.T) {
 	require.ErrorIs(t, err, net.ErrClosed, "a zero Conn")
 }
 
-// TestPingFromReadGoroutine checks the documented limit: a Ping from a
-// callback cannot see its pong, so it returns when ctx ends, and the
-// connection carries on.
+// TestPingFromReadGoroutine checks that a Ping from a callback on the
+// goroutine that reads the connection, which could never see its pong, fails
+// at once with an error that says so (it waited out its context before), in
+// both modes, from OnOpen and OnMessage; with Options.Parallel, OnMessage
+// runs on a goroutine of its own and its Ping gets its pong. The connection
+// carries on either way.
 func TestPingFromReadGoroutine(t *testing.T) {
 	t.Parallel()
-	srv := newRecorder()
-	results := make(chan error, 1)
-	srv.message = func(c *Conn, m *Message) {
-		m.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-		defer cancel()
-		_, err := c.Ping(ctx)
-		results <- err
+	for _, netpoll := range []bool{false, true} {
+		for _, parallel := range []int{0, 2} {
+			t.Run(fmt.Sprintf("netpoll=%v/parallel=%d", netpoll, parallel), func(t *testing.T) {
+				t.Parallel()
+				srv := newRecorder()
+				type result struct {
+					where string
+					err   error
+					took  time.Duration
+				}
+				results := make(chan result, 2)
+				ping := func(c *Conn, where string) {
+					start := time.Now()
+					_, err := c.Ping(testContext(t))
+					results <- result{where, err, time.Since(start)}
+				}
+				srv.open = func(c *Conn) { ping(c, "OnOpen") }
+				srv.message = func(c *Conn, m *Message) {
+					m.Close()
+					ping(c, "OnMessage")
+				}
+				addr := startServer(t, srv, &Options{Netpoll: netpoll, Parallel: parallel})
+				client, _, _ := dialTest(t, "ws://"+addr+"/", nil)
+				r := <-results
+				require.Equal(t, "OnOpen", r.where)
+				require.ErrorIs(t, r.err, errPingOnReader)
+				require.Contains(t, r.err.Error(), "call Ping from another goroutine")
+				require.Less(t, r.took, time.Second, "at once")
+
+				require.NoError(t, client.WriteString("ping from OnMessage"))
+				r = <-results
+				require.Equal(t, "OnMessage", r.where)
+				if parallel > 0 {
+					require.NoError(t, r.err, "a parallel OnMessage runs off the read goroutine")
+				} else {
+					require.ErrorIs(t, r.err, errPingOnReader)
+					require.Less(t, r.took, time.Second, "at once")
+				}
+				rtt, err := srv.waitOpen(t).Ping(testContext(t))
+				require.NoError(t, err, "from another goroutine")
+				require.Positive(t, rtt)
+			})
+		}
 	}
-	addr := startServer(t, srv, nil)
-	client, _, _ := dialTest(t, "ws://"+addr+"/", nil)
-	require.NoError(t, client.WriteString("ping from OnMessage"))
-	require.True(t, errors.Is(<-results, context.DeadlineExceeded))
-	rtt, err := srv.waitOpen(t).Ping(testContext(t))
-	require.NoError(t, err)
-	require.Positive(t, rtt)
 }
 
 // A connection that never pinged holds no set of waiters, and once it has

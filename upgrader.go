@@ -3,6 +3,7 @@ package gust
 import (
 	"crypto/tls"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -386,4 +387,37 @@ func appendErrorResponse(b []byte, status int, reason string) []byte {
 	b = append(b, "\r\n\r\n"...)
 	b = append(b, reason...)
 	return append(b, '\n')
+}
+
+// errNotOpen is what a Conn whose handshake has not completed returns to a
+// write, a Close or a Ping: the Conn Upgrader.OnRequest receives is not
+// open yet. It wraps net.ErrClosed, as every write on a Conn that cannot
+// write does.
+var errNotOpen = fmt.Errorf("gust: connection not open yet: its handshake is in progress (a write from Upgrader.OnRequest? write from OnOpen): %w", net.ErrClosed)
+
+// closedErr is the error a call on c returns when c has no connection: a
+// zero Conn's net.ErrClosed, or errNotOpen for one whose handshake is in
+// progress (newPendingConn).
+func (c *Conn) closedErr() error {
+	if c.cfg != nil {
+		return errNotOpen
+	}
+	return errClosed
+}
+
+// endedErr is the error a call on c returns once its connection is closed
+// (netDone): errNotOpen while its handshake is in progress, else
+// net.ErrClosed. It is the slow path of calls that found netDone set, and
+// takes the write lock to read c.conn, which open sets under it.
+func (c *Conn) endedErr() error {
+	if c.cfg == nil {
+		return errClosed
+	}
+	c.wr.mu.Lock()
+	pending := c.conn == nil
+	c.wr.mu.Unlock()
+	if pending {
+		return errNotOpen
+	}
+	return errClosed
 }

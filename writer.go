@@ -262,7 +262,7 @@ func (c *Conn) Close(code StatusCode, reason string) error {
 // the connection had ended already.
 func (c *Conn) CloseNow() error {
 	if c.netDone.Load() {
-		return errClosed
+		return c.endedErr()
 	}
 	c.abort(errClosedNow)
 	return nil
@@ -287,9 +287,12 @@ func (c *Conn) writeCloseFrame(code StatusCode, reason string) error {
 	}
 	c.wr.mu.Lock()
 	defer c.wr.mu.Unlock()
-	if c.wr.closeSent || c.conn == nil {
+	if c.conn == nil {
 		// A zero Conn, or one whose handshake is still in progress: no
 		// close frame counts as sent, so that the latter opens intact.
+		return c.closedErr()
+	}
+	if c.wr.closeSent {
 		return errClosed
 	}
 	c.wr.closing = true
@@ -370,7 +373,7 @@ func (c *Conn) batchLocked(write func()) error {
 func (c *Conn) writableLocked() error {
 	w := &c.wr
 	if c.conn == nil {
-		return errClosed // a zero Conn
+		return c.closedErr() // a zero Conn, or one whose handshake is in progress
 	}
 	if w.err != nil {
 		return w.err
