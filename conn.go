@@ -448,6 +448,12 @@ func (c *Conn) LocalAddr() net.Addr {
 	return c.conn.LocalAddr()
 }
 
+// Netpoll reports whether an event loop serves c (netpoll mode): false in
+// goroutine mode, which is also where a connection Options.Netpoll could
+// not move to a loop stays (TLS, HTTP/2, the descriptor limit; see
+// Metrics for how that is reported).
+func (c *Conn) Netpoll() bool { return c.np != nil }
+
 // Compressed reports whether permessage-deflate was negotiated.
 func (c *Conn) Compressed() bool { return c.deflate != nil }
 

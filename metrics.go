@@ -3,9 +3,12 @@ package gust
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
+	"sync"
+	"time"
 )
 
 // Metrics receives what happens on connections, for counters and gauges:
@@ -58,6 +61,29 @@ import (
 //     Options.CloseTimeout while waiting for the answer to a close frame.
 //   - "io": anything else: the peer left without a close frame (EOF), a
 //     reset, another network error.
+//
+// # Netpoll mode
+//
+// A Metrics may also have a method
+//
+//	Netpoll(c *Conn, event string)
+//
+// which gust finds by a type assertion, so that an implementation without
+// it still compiles; it is called, under the rules above, for what
+// happens to connections in netpoll mode (Options.Netpoll) that a user
+// must know of. event is one of:
+//
+//   - "fallback-fd": c stays in goroutine mode for its whole life because
+//     its descriptor could not be duplicated or added to an event loop:
+//     most often the process's descriptor limit (EMFILE).
+//   - "fallback-type": c stays in goroutine mode because it is not a plain
+//     TCP or Unix socket (TLS, an HTTP/2 stream, a wrapped net.Conn).
+//   - "blocked": serving c held its event loop for more than 100 ms (a
+//     callback that blocks): every other connection of the loop waited.
+//
+// Each event is also logged at level Warn (Options.Logger), at most once a
+// second for each kind and Options, with the number of events since the
+// last record. The packages named above count them.
 type Metrics interface {
 	// Handshake reports the outcome of a handshake with the HTTP status it
 	// ended with. On the server (Upgrader, Server): 101 for a connection
@@ -116,6 +142,83 @@ type Metrics interface {
 	// OutboxDropNewest discarded, the queue and the new message that
 	// OutboxCloseSlow discarded.
 	Dropped(c *Conn, n int)
+}
+
+// The events of the optional Netpoll method of Metrics; their order is
+// netpollNotes' index.
+var netpollEvents = [...]string{"fallback-fd", "fallback-type", "blocked"}
+
+const (
+	netpollFallbackFD = iota
+	netpollFallbackType
+	netpollBlocked
+)
+
+// loopHeldThreshold is how long serving one connection may hold an event
+// loop before it is reported (netpollBlocked).
+const loopHeldThreshold = 100 * time.Millisecond
+
+// netpollNotes keeps the Warn records of netpoll mode's events to one a
+// second for each kind, for each config: a storm of connections at the
+// descriptor limit logs a record a second, each with the number of events
+// since the last, not one per connection.
+type netpollNotes struct {
+	mu   sync.Mutex
+	last [len(netpollEvents)]time.Time
+	n    [len(netpollEvents)]int
+}
+
+// due counts an event of kind and reports whether a record is due, with
+// the number of events it stands for.
+func (nn *netpollNotes) due(kind int, now time.Time) (int, bool) {
+	nn.mu.Lock()
+	defer nn.mu.Unlock()
+	nn.n[kind]++
+	if !nn.last[kind].IsZero() && now.Sub(nn.last[kind]) < time.Second {
+		return 0, false
+	}
+	n := nn.n[kind]
+	nn.last[kind], nn.n[kind] = now, 0
+	return n, true
+}
+
+// noteNetpoll reports an event of netpoll mode on c to Options.Metrics, if
+// it has the Netpoll method, and to Options.Logger at level Warn, rate
+// limited (netpollNotes).
+func (c *Conn) noteNetpoll(kind int, msg string, attrs ...slog.Attr) {
+	if m, ok := c.cfg.Metrics.(interface{ Netpoll(*Conn, string) }); ok {
+		m.Netpoll(c, netpollEvents[kind])
+	}
+	nn := c.cfg.netpollNotes
+	if nn == nil {
+		return
+	}
+	n, ok := nn.due(kind, time.Now())
+	if !ok {
+		return
+	}
+	attrs = append(attrs, c.remoteAttr(), slog.String("event", netpollEvents[kind]), slog.Int("count", n))
+	c.cfg.logger().LogAttrs(context.Background(), slog.LevelWarn, msg, attrs...)
+}
+
+// noteFallback reports that c, which Options.Netpoll asked to serve on an
+// event loop, stays in goroutine mode: kind is netpollFallbackFD (err is
+// why) or netpollFallbackType.
+func (c *Conn) noteFallback(kind int, err error) {
+	if kind == netpollFallbackType {
+		c.noteNetpoll(kind, "gust: netpoll: connections that are not plain TCP or Unix sockets (TLS, HTTP/2, a wrapper) stay in goroutine mode",
+			slog.String("type", fmt.Sprintf("%T", c.conn)))
+		return
+	}
+	c.noteNetpoll(kind, "gust: netpoll: connections stay in goroutine mode for life: their descriptor could not be duplicated or added to an event loop (descriptor limit?)",
+		slog.Any("err", err))
+}
+
+// noteLoopHeld reports that serving c held its event loop for d, past
+// loopHeldThreshold.
+func (c *Conn) noteLoopHeld(d time.Duration) {
+	c.noteNetpoll(netpollBlocked, "gust: netpoll: serving a connection held its event loop, and every connection of the loop waited: a callback that blocks?",
+		slog.Duration("held", d))
 }
 
 // The close causes Metrics.Closed and the Debug log records report.
@@ -187,7 +290,8 @@ func (c *Conn) reportClose(err error, sent StatusCode) {
 	}
 	if debug {
 		logger.LogAttrs(context.Background(), slog.LevelDebug, "gust: connection closed",
-			c.remoteAttr(), slog.Int("code", int(code)), slog.String("cause", cause), slog.Any("err", err))
+			c.remoteAttr(), slog.Int("code", int(code)), slog.String("cause", cause), slog.Any("err", err),
+			slog.Bool("netpoll", c.Netpoll()))
 	}
 }
 

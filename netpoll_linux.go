@@ -413,9 +413,18 @@ func (p *poller) loop(epfd, wakefd int) {
 			return
 		}
 		p.mu.Unlock()
+		// One clock reading per connection served: the end of one turn is
+		// the start of the next.
+		start := time.Now()
 		for i, c := range ready {
 			c.resumeOnLoop()
 			ready[i] = nil
+			end := time.Now()
+			if d := end.Sub(start); d > loopHeldThreshold {
+				c.noteLoopHeld(d)
+				end = time.Now() // the report's own time is not the next turn's
+			}
+			start = end
 		}
 		ready = ready[:0]
 	}

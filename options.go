@@ -194,7 +194,15 @@ type Options struct {
 	// closed, so that only gust's loop waits on it, and NetConn returns a
 	// net.Conn of gust's (a syscall.Conn too, for socket options).
 	// Connections of other types (TLS, HTTP/2 streams, wrappers) stay in
-	// goroutine mode.
+	// goroutine mode, and so, for its whole life, does one whose
+	// descriptor cannot be duplicated (at the process's descriptor limit):
+	// its net.Conn is used by every goroutine that writes or sets a
+	// deadline, and cannot be swapped under them once descriptors free up.
+	// Either fallback is counted (the optional Netpoll method of Metrics)
+	// and logged at level Warn, at most once a second with the count since
+	// the last record, and so is a connection whose serving holds its loop
+	// for more than 100 ms (a callback that blocks). [Conn.Netpoll] tells
+	// whether a loop serves a connection.
 	// Default false: goroutine mode, where each connection's ReadLoop
 	// keeps its goroutine for the connection's life. Choose netpoll mode
 	// for many mostly idle connections (push, chat); README's "Netpoll
@@ -238,12 +246,17 @@ type config struct {
 	HandshakeTimeout time.Duration
 	MaxHeaderBytes   int
 	TLSConfig        *tls.Config
+
+	netpollNotes *netpollNotes // rate-limits netpoll mode's Warn records; nil unless Netpoll
 }
 
 // newConfig fills in the defaults of o for connections on the server
 // (server true) or the client side.
 func newConfig(o Options, server bool) *config {
 	c := &config{Options: o}
+	if o.Netpoll {
+		c.netpollNotes = new(netpollNotes)
+	}
 	if c.ReadBufferSize <= 0 {
 		c.ReadBufferSize = defaultReadBufferSize
 	}

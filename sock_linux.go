@@ -96,8 +96,11 @@ func (s *sock) waits() *sockWaits {
 // or *net.UnixConn, registered with an event loop: netpoll mode (c.np).
 // Any other connection (TLS, an HTTP/2 stream, a wrapper) stays in
 // goroutine mode, and so does one whose descriptor cannot be duplicated or
-// registered. The socket, the netpoll state, the idle reader and the raw
-// writer are one allocation.
+// registered (at the descriptor limit, EMFILE), for its whole life: its
+// net.Conn is in use from then on by any goroutine (writes, deadlines,
+// NetConn's callers), and swapping it later would race with them. Either
+// fallback is reported (noteFallback). The socket, the netpoll state, the
+// idle reader and the raw writer are one allocation.
 func (c *Conn) adoptSocket() {
 	if !c.cfg.Netpoll {
 		return
@@ -108,6 +111,7 @@ func (c *Conn) adoptSocket() {
 		la, _ := nc.LocalAddr().(*net.TCPAddr)
 		ra, _ := nc.RemoteAddr().(*net.TCPAddr)
 		if la == nil || ra == nil {
+			c.noteFallback(netpollFallbackType, nil)
 			return
 		}
 		if la.Zone != "" || ra.Zone != "" {
@@ -118,20 +122,34 @@ func (c *Conn) adoptSocket() {
 	case *net.UnixConn:
 		np.addrs = &[2]net.Addr{nc.LocalAddr(), nc.RemoteAddr()}
 	default:
+		c.noteFallback(netpollFallbackType, nil)
 		return
 	}
 	raw, err := c.conn.(syscall.Conn).SyscallConn()
 	if err != nil {
+		c.noteFallback(netpollFallbackFD, err)
 		return
 	}
 	fd := -1
-	cerr := raw.Control(func(d uintptr) {
-		r, _, errno := syscall.Syscall(syscall.SYS_FCNTL, d, syscall.F_DUPFD_CLOEXEC, 0)
-		if errno == 0 {
-			fd = int(r)
+	var derr error
+	err = raw.Control(func(d uintptr) {
+		if h := dupHook.Load(); h != nil {
+			if derr = (*h)(c); derr != nil {
+				return
+			}
 		}
+		r, _, errno := syscall.Syscall(syscall.SYS_FCNTL, d, syscall.F_DUPFD_CLOEXEC, 0)
+		if errno != 0 {
+			derr = os.NewSyscallError("fcntl", errno)
+			return
+		}
+		fd = int(r)
 	})
-	if cerr != nil || fd < 0 {
+	if err == nil {
+		err = derr
+	}
+	if err != nil {
+		c.noteFallback(netpollFallbackFD, err)
 		return
 	}
 	np.fd = int32(fd)
@@ -140,12 +158,18 @@ func (c *Conn) adoptSocket() {
 	if err := np.poller().register(c); err != nil {
 		syscall.Close(fd)
 		c.conn, c.np = orig, nil
+		c.noteFallback(netpollFallbackFD, err)
 		return
 	}
 	// The duplicate shares the socket and its O_NONBLOCK; closing the
 	// original takes it out of the runtime's netpoller.
 	orig.Close()
 }
+
+// dupHook, set by tests, is called before a connection's descriptor is
+// duplicated; an error it returns fails the duplication, as the descriptor
+// limit would.
+var dupHook atomic.Pointer[func(c *Conn) error]
 
 // sockRead reads once from c's own socket (netpoll mode) into dst or, when
 // dst is nil, into a pooled buffer it returns; with try set it does not

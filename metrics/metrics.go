@@ -38,6 +38,35 @@ func Causes() []string {
 		CauseSlow, CausePanic, CauseShutdown, CauseIO}
 }
 
+// The events the optional Netpoll method of gust.Metrics reports, a fixed
+// set (see [gust.Metrics]): connections that netpoll mode could not put on
+// an event loop, and connections whose serving held their loop.
+const (
+	NetpollFallbackFD   = "fallback-fd"   // descriptor limit: stays in goroutine mode
+	NetpollFallbackType = "fallback-type" // not a plain socket (TLS, HTTP/2, a wrapper)
+	NetpollBlocked      = "blocked"       // held its event loop past 100 ms
+)
+
+// NetpollEvents lists the netpoll events. It returns a new slice each
+// time.
+func NetpollEvents() []string {
+	return []string{NetpollFallbackFD, NetpollFallbackType, NetpollBlocked}
+}
+
+// netpollIndex is event's slot in Counters.netpoll; 3 for an event outside
+// the set.
+func netpollIndex(event string) int {
+	switch event {
+	case NetpollFallbackFD:
+		return 0
+	case NetpollFallbackType:
+		return 1
+	case NetpollBlocked:
+		return 2
+	}
+	return 3
+}
+
 // causeOther counts a cause outside the set, which a later gust might add.
 const causeOther = "other"
 
@@ -89,6 +118,7 @@ type Counters struct {
 	queued             atomic.Int64
 	queuedTotal        atomic.Int64
 	dropped            atomic.Int64
+	netpoll            [4]atomic.Int64 // by netpollIndex
 }
 
 var _ gust.Metrics = (*Counters)(nil)
@@ -131,6 +161,11 @@ type Snapshot struct {
 	Queued      int64 `json:"queued"`
 	QueuedTotal int64 `json:"queued_total"`
 	Dropped     int64 `json:"dropped"`
+
+	// Netpoll counts netpoll mode's events (see [NetpollEvents]), every
+	// event present, at 0 if none happened ("other" only if some event
+	// outside the set was counted).
+	Netpoll map[string]int64 `json:"netpoll"`
 }
 
 // Snapshot returns the current counts.
@@ -157,6 +192,13 @@ func (c *Counters) Snapshot() Snapshot {
 	}
 	if n := c.closedBy[causeIndex(causeOther)].Load(); n > 0 {
 		s.ClosedBy[causeOther] = n
+	}
+	s.Netpoll = make(map[string]int64, len(c.netpoll))
+	for _, event := range NetpollEvents() {
+		s.Netpoll[event] = c.netpoll[netpollIndex(event)].Load()
+	}
+	if n := c.netpoll[netpollIndex(causeOther)].Load(); n > 0 {
+		s.Netpoll[causeOther] = n
 	}
 	return s
 }
@@ -209,3 +251,7 @@ func (c *Counters) Queued(_ *gust.Conn, n int) {
 
 // Dropped implements gust.Metrics.
 func (c *Counters) Dropped(_ *gust.Conn, n int) { c.dropped.Add(int64(n)) }
+
+// Netpoll implements the optional method of gust.Metrics for netpoll
+// mode's events.
+func (c *Counters) Netpoll(_ *gust.Conn, event string) { c.netpoll[netpollIndex(event)].Add(1) }

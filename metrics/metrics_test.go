@@ -7,6 +7,7 @@ import (
 	"expvar"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -300,6 +301,51 @@ func TestCountersDoNotAllocate(t *testing.T) {
 		c.Queued(nil, 1)
 		c.Dropped(nil, 1)
 		c.Closed(nil, gust.StatusNormalClosure, CauseTimeout)
+		c.Netpoll(nil, NetpollBlocked)
 	})
 	require.Zero(t, allocs)
+}
+
+// Counters counts the events of the optional Netpoll method of
+// gust.Metrics: gust finds the method, and a callback that holds an event
+// loop is counted as "blocked".
+func TestCountersNetpoll(t *testing.T) {
+	t.Parallel()
+	var m gust.Metrics = new(Counters)
+	_, ok := m.(interface{ Netpoll(*gust.Conn, string) })
+	require.True(t, ok, "the method gust looks for")
+
+	c := new(Counters)
+	c.Netpoll(nil, NetpollFallbackFD)
+	c.Netpoll(nil, NetpollFallbackFD)
+	c.Netpoll(nil, NetpollFallbackType)
+	c.Netpoll(nil, "something new")
+	s := c.Snapshot()
+	require.Equal(t, map[string]int64{NetpollFallbackFD: 2, NetpollFallbackType: 1, NetpollBlocked: 0, "other": 1}, s.Netpoll)
+	require.Contains(t, c.String(), `"netpoll":{`)
+
+	if testing.Short() {
+		return
+	}
+	c = new(Counters)
+	h := &blocking{}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	_, url := serve(t, h, gust.Options{Netpoll: true, Metrics: c, Logger: quiet}, nil)
+	client := dial(t, url, newEcho(), nil)
+	// Until the connection is parked its first goroutine serves it, not a
+	// loop: send until a message is served on the loop.
+	require.Eventually(t, func() bool {
+		require.NoError(t, client.WriteString("block"))
+		time.Sleep(200 * time.Millisecond)
+		return c.Snapshot().Netpoll[NetpollBlocked] > 0
+	}, 10*time.Second, time.Millisecond)
+}
+
+// blocking sleeps 150 ms in OnMessage, holding its event loop in netpoll
+// mode.
+type blocking struct{ gust.BuiltinEventHandler }
+
+func (blocking) OnMessage(_ *gust.Conn, m *gust.Message) {
+	time.Sleep(150 * time.Millisecond)
+	m.Close()
 }

@@ -32,6 +32,10 @@
 //	gust_outbox_messages                      messages waiting in outboxes now (a gauge)
 //	gust_outbox_queued_total                  messages queued in outboxes
 //	gust_outbox_dropped_total                 messages outboxes refused or discarded when full
+//	gust_netpoll_events_total{event}          netpoll mode's events (see gust.Metrics):
+//	                                          "fallback-fd" and "fallback-type", connections
+//	                                          left in goroutine mode; "blocked", a connection
+//	                                          that held its event loop past 100 ms
 //
 // To count two sets of connections apart in one registry (a server's and a
 // client's), give each Collector a registerer wrapped with the same label
@@ -69,6 +73,9 @@ type Collector struct {
 	outboxWaiting prom.Gauge
 	outboxQueued  prom.Counter
 	outboxDropped prom.Counter
+
+	netpoll       *prom.CounterVec
+	netpollEvents map[string]prom.Counter // the events gust reports, resolved ahead
 }
 
 var _ gust.Metrics = (*Collector)(nil)
@@ -76,6 +83,10 @@ var _ gust.Metrics = (*Collector)(nil)
 // knownStatuses are the statuses gust reports: resolved when the Collector
 // is made, so that they appear at 0 from the first scrape.
 var knownStatuses = []int{0, 101, 200, 400, 403, 405, 426, 431, 500, 503}
+
+// knownNetpollEvents are the events gust's optional Metrics method Netpoll
+// reports, resolved when the Collector is made.
+var knownNetpollEvents = []string{"fallback-fd", "fallback-type", "blocked"}
 
 // New makes a Collector and registers its metrics on reg; a nil reg means
 // prometheus.DefaultRegisterer. It returns the registration's error, such as
@@ -107,6 +118,13 @@ func New(reg prom.Registerer) (*Collector, error) {
 			Help: "Messages waiting in outboxes now."}),
 		outboxQueued:  counter("outbox_queued_total", "Messages queued in outboxes."),
 		outboxDropped: counter("outbox_dropped_total", "Messages outboxes refused or discarded when full."),
+		netpoll: prom.NewCounterVec(prom.CounterOpts{Namespace: "gust", Name: "netpoll_events_total",
+			Help: "Netpoll mode's events: connections left in goroutine mode (fallback-fd, fallback-type), connections that held their event loop (blocked)."},
+			[]string{"event"}),
+		netpollEvents: make(map[string]prom.Counter, len(knownNetpollEvents)),
+	}
+	for _, e := range knownNetpollEvents {
+		c.netpollEvents[e] = c.netpoll.WithLabelValues(e)
 	}
 	received := prom.NewCounterVec(prom.CounterOpts{Namespace: "gust", Name: "messages_received_total",
 		Help: "Data messages received, by type."}, []string{"type"})
@@ -120,7 +138,8 @@ func New(reg prom.Registerer) (*Collector, error) {
 		c.statuses[s] = c.handshakes.WithLabelValues(strconv.Itoa(s))
 	}
 	all := []prom.Collector{c.handshakes, c.opened, c.closed, c.active, received, sent,
-		c.receivedBytes, c.sentBytes, c.receivedWire, c.sentWire, c.outboxWaiting, c.outboxQueued, c.outboxDropped}
+		c.receivedBytes, c.sentBytes, c.receivedWire, c.sentWire, c.outboxWaiting, c.outboxQueued, c.outboxDropped,
+		c.netpoll}
 	for i, m := range all {
 		if err := reg.Register(m); err != nil {
 			for _, r := range all[:i] { // all or nothing
@@ -194,3 +213,13 @@ func (c *Collector) Queued(_ *gust.Conn, n int) {
 
 // Dropped implements gust.Metrics.
 func (c *Collector) Dropped(_ *gust.Conn, n int) { c.outboxDropped.Add(float64(n)) }
+
+// Netpoll implements the optional method of gust.Metrics for netpoll
+// mode's events.
+func (c *Collector) Netpoll(_ *gust.Conn, event string) {
+	if m, ok := c.netpollEvents[event]; ok {
+		m.Inc()
+		return
+	}
+	c.netpoll.WithLabelValues(event).Inc()
+}

@@ -28,6 +28,10 @@ func TestCollectorCounts(t *testing.T) {
 	c.Dropped(nil, 2)
 	c.Closed(nil, gust.StatusNormalClosure, "peer")
 	c.Closed(nil, 4321, "local")
+	c.Netpoll(nil, "fallback-fd")
+	c.Netpoll(nil, "blocked")
+	c.Netpoll(nil, "blocked")
+	c.Netpoll(nil, "something new")
 
 	require.Equal(t, 1.0, testutil.ToFloat64(c.handshakes.WithLabelValues("101")))
 	require.Equal(t, 1.0, testutil.ToFloat64(c.handshakes.WithLabelValues("403")))
@@ -47,6 +51,13 @@ func TestCollectorCounts(t *testing.T) {
 	require.Equal(t, 2.0, testutil.ToFloat64(c.outboxWaiting))
 	require.Equal(t, 3.0, testutil.ToFloat64(c.outboxQueued))
 	require.Equal(t, 2.0, testutil.ToFloat64(c.outboxDropped))
+	require.Equal(t, 1.0, testutil.ToFloat64(c.netpoll.WithLabelValues("fallback-fd")))
+	require.Equal(t, 0.0, testutil.ToFloat64(c.netpoll.WithLabelValues("fallback-type")))
+	require.Equal(t, 2.0, testutil.ToFloat64(c.netpoll.WithLabelValues("blocked")))
+	require.Equal(t, 1.0, testutil.ToFloat64(c.netpoll.WithLabelValues("something new")))
+	var m gust.Metrics = c
+	_, ok := m.(interface{ Netpoll(*gust.Conn, string) })
+	require.True(t, ok, "the optional method gust looks for")
 
 	problems, err := testutil.GatherAndLint(reg)
 	require.NoError(t, err)
@@ -98,6 +109,7 @@ func TestCollectorDoesNotAllocate(t *testing.T) {
 		c.Dropped(nil, 1)
 		c.Handshake(101)
 		c.Opened(nil)
+		c.Netpoll(nil, "blocked")
 	})
 	require.Zero(t, allocs)
 }

@@ -1,0 +1,144 @@
+package gust
+
+import (
+	"net"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// netpollCounts is a Metrics with the optional Netpoll method: it counts
+// netpoll mode's events by name, and ignores the rest.
+type netpollCounts struct {
+	countingMetrics
+	mu     sync.Mutex
+	events map[string]int
+}
+
+func (m *netpollCounts) Netpoll(c *Conn, event string) {
+	if c == nil {
+		panic("Netpoll without a Conn")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.events == nil {
+		m.events = map[string]int{}
+	}
+	m.events[event]++
+}
+
+func (m *netpollCounts) get(event string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.events[event]
+}
+
+// warnRecords returns the Warn records in a text log that mention event.
+func warnRecords(log, event string) []string {
+	var out []string
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, "level=WARN") && strings.Contains(l, "event="+event) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// Connections that netpoll mode cannot put on an event loop are counted
+// and logged, once a second at most, whatever the number: those whose
+// descriptor cannot be duplicated (EMFILE, injected through dupHook for this
+// test's connections alone) and those that are not plain sockets (a
+// wrapped net.Conn). They stay in goroutine mode, which Conn.Netpoll tells,
+// and work there; once descriptors free up, new connections go to a loop.
+func TestNetpollFallbackIsCounted(t *testing.T) {
+	m := &netpollCounts{}
+	var logs syncBuffer
+	hook := func(c *Conn) error {
+		if c.cfg.Metrics == Metrics(m) {
+			return syscall.EMFILE
+		}
+		return nil
+	}
+	dupHook.Store(&hook)
+	t.Cleanup(func() { dupHook.Store(nil) })
+
+	h := newEcho()
+	opts := &Options{Netpoll: true, Metrics: m, Logger: newLogger(&logs)}
+	addr := startUpgrader(t, h, opts)
+	const n = 5
+	for i := range n {
+		c := dialRaw(t, addr, nil)
+		sc := h.waitOpen(t)
+		require.False(t, sc.Netpoll(), "connection %d stays in goroutine mode", i)
+		c.send(frame(0x81, []byte("hi")))
+		c.expectMessage(OpText, []byte("hi"))
+	}
+	require.Equal(t, n, m.get("fallback-fd"))
+	recs := warnRecords(logs.String(), "fallback-fd")
+	require.Len(t, recs, 1, "one record for the burst: %s", logs.String())
+	require.Contains(t, recs[0], "too many open files")
+	require.Contains(t, recs[0], "count=1")
+
+	// Past a second, the next record counts what came since the last.
+	time.Sleep(1100 * time.Millisecond)
+	dialRaw(t, addr, nil)
+	h.waitOpen(t)
+	recs = warnRecords(logs.String(), "fallback-fd")
+	require.Len(t, recs, 2)
+	require.Contains(t, recs[1], "count=5", "the 4 after the first record, and this one")
+
+	dupHook.Store(nil)
+	dialRaw(t, addr, nil)
+	require.True(t, h.waitOpen(t).Netpoll(), "descriptors free: the next connection goes to a loop")
+	require.Equal(t, n+1, m.get("fallback-fd"))
+
+	// A connection that is not a plain socket (TLS, HTTP/2, a wrapper).
+	peer, nc := tcpPair(t)
+	wh := newRecorder()
+	wc := newConn(struct{ net.Conn }{nc}, newConfig(*opts, true), wh, true, nil, "")
+	go wc.ReadLoop()
+	require.False(t, wc.Netpoll())
+	require.Equal(t, 1, m.get("fallback-type"))
+	recs = warnRecords(logs.String(), "fallback-type")
+	require.Len(t, recs, 1)
+	require.Contains(t, recs[0], `type="struct { net.Conn }"`)
+	peer.Close()
+	wh.waitClose(t)
+}
+
+// A callback that blocks an event loop past 100 ms is counted and logged
+// with the connection and how long it held the loop.
+func TestNetpollLoopHeldIsReported(t *testing.T) {
+	m := &netpollCounts{}
+	var logs syncBuffer
+	h := newRecorder()
+	h.message = func(c *Conn, msg *Message) {
+		if string(msg.Data) == "block" {
+			time.Sleep(250 * time.Millisecond)
+		}
+		c.WriteMessage(msg.Opcode, msg.Data)
+		msg.Close()
+	}
+	addr := startServer(t, h, &Options{Netpoll: true, Metrics: m, Logger: newLogger(&logs)})
+	c := dialRaw(t, addr, nil)
+	sc := h.waitOpen(t)
+	require.True(t, sc.Netpoll())
+	require.Eventually(t, func() bool { return sc.np.state.Load() == npParked }, 5*time.Second, time.Millisecond)
+
+	c.send(frame(0x81, []byte("quick")))
+	c.expectMessage(OpText, []byte("quick"))
+	require.Zero(t, m.get("blocked"), "a quick callback is not reported")
+
+	require.Eventually(t, func() bool { return sc.np.state.Load() == npParked }, 5*time.Second, time.Millisecond)
+	c.send(frame(0x81, []byte("block")))
+	c.expectMessage(OpText, []byte("block"))
+	require.Eventually(t, func() bool { return m.get("blocked") == 1 }, 5*time.Second, time.Millisecond)
+	recs := warnRecords(logs.String(), "blocked")
+	require.Len(t, recs, 1)
+	require.Contains(t, recs[0], "held its event loop")
+	require.Contains(t, recs[0], "remote=")
+}
