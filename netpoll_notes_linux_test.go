@@ -2,6 +2,10 @@ package gust
 
 import (
 	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -141,4 +145,78 @@ func TestNetpollLoopHeldIsReported(t *testing.T) {
 	require.Len(t, recs, 1)
 	require.Contains(t, recs[0], "held its event loop")
 	require.Contains(t, recs[0], "remote=")
+}
+
+// At the process's descriptor limit (lowered in a child process so that
+// the next connection's two sockets take the last descriptors), the
+// connection's descriptor cannot be duplicated: it stays in goroutine mode,
+// works, and is counted and logged with EMFILE's text. Once descriptors
+// free up, the next connection goes to an event loop.
+func TestNetpollFallbackAtTheDescriptorLimit(t *testing.T) {
+	if os.Getenv("GUST_TEST_FD_LIMIT") == "" {
+		if testing.Short() {
+			t.Skip("runs a child process")
+		}
+		cmd := exec.Command(os.Args[0], "-test.run=^TestNetpollFallbackAtTheDescriptorLimit$", "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), "GUST_TEST_FD_LIMIT=1")
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		require.Contains(t, string(out), "--- PASS: TestNetpollFallbackAtTheDescriptorLimit")
+		return
+	}
+	m := &netpollCounts{}
+	var logs syncBuffer
+	h := newEcho()
+	addr := startUpgrader(t, h, &Options{Netpoll: true, Metrics: m, Logger: newLogger(&logs)})
+	dialRaw(t, addr, nil)
+	first := h.waitOpen(t)
+	require.True(t, first.Netpoll())
+	// The first connection keeps the event loop, and its descriptors, open.
+	require.Eventually(t, func() bool { return first.np.state.Load() == npParked }, 5*time.Second, time.Millisecond)
+
+	var old syscall.Rlimit
+	require.NoError(t, syscall.Getrlimit(syscall.RLIMIT_NOFILE, &old))
+	free := freeDescriptors(t, 2)
+	lim := syscall.Rlimit{Cur: uint64(free[1] + 1), Max: old.Max}
+	require.NoError(t, syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim))
+	c := dialRaw(t, addr, nil) // its socket and the server's take the last two
+	sc := h.waitOpen(t)
+	require.NoError(t, syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old))
+
+	require.False(t, sc.Netpoll(), "no descriptor to duplicate: goroutine mode")
+	c.send(frame(0x81, []byte("hi")))
+	c.expectMessage(OpText, []byte("hi"))
+	require.Equal(t, 1, m.get("fallback-fd"))
+	recs := warnRecords(logs.String(), "fallback-fd")
+	require.Len(t, recs, 1)
+	require.Contains(t, recs[0], "too many open files")
+
+	dialRaw(t, addr, nil)
+	require.True(t, h.waitOpen(t).Netpoll(), "descriptors free: the next connection goes to a loop")
+}
+
+// freeDescriptors returns the n lowest descriptor numbers not in use.
+func freeDescriptors(t *testing.T, n int) []int {
+	t.Helper()
+	d, err := os.Open("/proc/self/fd")
+	require.NoError(t, err)
+	own := int(d.Fd())
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	require.NoError(t, err)
+	var used []int
+	for _, name := range names {
+		fd, err := strconv.Atoi(name)
+		require.NoError(t, err)
+		if fd != own {
+			used = append(used, fd)
+		}
+	}
+	var free []int
+	for fd := 0; len(free) < n; fd++ {
+		if !slices.Contains(used, fd) {
+			free = append(free, fd)
+		}
+	}
+	return free
 }
