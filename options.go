@@ -180,8 +180,9 @@ type Options struct {
 	// connection goes in OnClose, still called once. See [Conn.ReadLoop].
 	//
 	// The callbacks then run on a loop shared with other connections, so
-	// they must not block: a callback that waits (on a lock, a database, a
-	// Ping's pong) holds up every connection of its loop until it returns.
+	// they must not block: a callback that waits (on a lock, a database)
+	// holds up every connection of its loop until it returns (Ping, which
+	// would wait for a pong the loop reads, fails there at once).
 	// Hand slow work to a goroutine of your own, or set Parallel. gust's
 	// own waits never hold a loop: writes the socket does not take at once
 	// wait in the connection's backlog (at most what is written while one
