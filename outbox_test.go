@@ -2,6 +2,7 @@ package gust
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
@@ -402,12 +403,25 @@ func TestOutboxCloseSlowReachesThePeer(t *testing.T) {
 				}
 				require.ErrorIs(t, err, ErrSlowConsumer)
 				overflow := time.Now()
-				require.ErrorIs(t, sc.WriteMessage(OpText, []byte("late")), net.ErrClosed,
-					"a write after the overflow does not go before the close frame")
+				// A write waiting for its turn meanwhile fails once the
+				// close frame is out, or the connection is cut.
+				late := make(chan error, 1)
+				go func() { late <- sc.WriteMessage(OpText, []byte("late")) }()
 
 				if resume {
 					c.nc.SetReadDeadline(time.Now().Add(20 * time.Second))
-					c.expectClose(StatusPolicyViolation) // reads what was in flight first
+					for { // what was in flight, then the close frame: nothing after the overflow
+						b0, payload, err := c.readFrame()
+						require.NoError(t, err, "waiting for close 1008")
+						if b0 == 0x88 {
+							require.Equal(t, StatusPolicyViolation, StatusCode(binary.BigEndian.Uint16(payload)))
+							break
+						}
+						require.Equal(t, byte(0x82), b0, "only what was written before the overflow")
+						require.Len(t, payload, len(p))
+					}
+					c.send(frame(0x88, []byte{0x03, 0xf0}))
+					require.ErrorIs(t, <-late, net.ErrClosed)
 					require.ErrorIs(t, h.waitClose(t), ErrSlowConsumer)
 					require.Equal(t, closeEvent{StatusPolicyViolation, causeSlow}, ml.waitClose(t))
 					return
@@ -417,6 +431,7 @@ func TestOutboxCloseSlowReachesThePeer(t *testing.T) {
 				require.ErrorIs(t, err, ErrSlowConsumer)
 				require.Less(t, elapsed, closeTimeout+2*time.Second, "cut by CloseTimeout, not WriteTimeout")
 				require.Equal(t, closeEvent{StatusAbnormalClosure, causeSlow}, ml.waitClose(t))
+				require.ErrorIs(t, <-late, net.ErrClosed)
 			})
 		})
 	}
