@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -372,4 +373,171 @@ func TestWriteTimeoutOnAConnWithoutSyscallConn(t *testing.T) {
 	require.ErrorIs(t, <-failed, os.ErrDeadlineExceeded)
 	err = h.waitClose(t)
 	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "OnClose: %v", err)
+}
+
+// Memory follows the bytes that arrived, from the first: a peer that sends
+// a frame header announcing 16 MiB and nothing else, or one small
+// non-final fragment, holds no message buffer beyond what it sent.
+func TestHeaderOrFragmentCommitsNoMessageBuffer(t *testing.T) {
+	const peers = 200
+	announce := func(c *rawClient) error { return sendPartialFrame(c.nc, 16<<20-1, nil) }
+	fragment := func(c *rawClient) error {
+		_, err := c.nc.Write(frame(0x02, make([]byte, 1<<10))) // binary, not final
+		return err
+	}
+	for _, tc := range []struct {
+		name string
+		send func(c *rawClient) error
+	}{{"header", announce}, {"fragment", fragment}} {
+		t.Run(tc.name, func(t *testing.T) {
+			forEachTCPMode(t, func(t *testing.T, m serverMode) {
+				h := newRecorder()
+				h.opened, h.closed = nil, make(chan error, 4*peers) // three rounds of peers end
+				addr := m.start(t, h, nil)
+				// What idle connections hold, then what the same number
+				// holding a header or a fragment hold: the difference is the
+				// frame's.
+				grow := func(send func(c *rawClient) error) uint64 {
+					before := settledHeap()
+					for range peers {
+						c := dialRaw(t, addr, nil)
+						if send != nil {
+							require.NoError(t, send(c))
+						}
+					}
+					assertEventually(5*time.Second, func() bool { return h.opens.Load()%peers == 0 })
+					time.Sleep(300 * time.Millisecond) // the frames are read
+					return max(settledHeap(), before) - before
+				}
+				grow(nil) // the server's first connections make what it keeps
+				idle := grow(nil)
+				held := grow(tc.send)
+				per := (int64(held) - int64(idle)) / peers
+				t.Logf("per connection: idle %d B, with a %s %d B more", idle/peers, tc.name, per)
+				// It held a 64 KiB message buffer, and in goroutine mode a
+				// 64 KiB read buffer besides. Goroutine mode's heap is
+				// noisier (net/http's, the goroutines'): its bound is looser.
+				bound := int64(2 << 10)
+				if !strings.HasSuffix(m.name, "-netpoll") {
+					bound = 8 << 10
+				}
+				require.Less(t, per, bound, "a %s holds no more than the bytes that came", tc.name)
+			})
+		})
+	}
+}
+
+// A peer that announces a frame and trickles it is ended once the message
+// has taken Options.MessageTimeout, and so is one that stops in the middle,
+// whatever read deadline the handler set; a message that arrives in time
+// passes, and the handler's deadline is back once it has.
+func TestMessageTimeoutEndsAMessageThatNeverFinishes(t *testing.T) {
+	const bound = 600 * time.Millisecond
+	forEachTCPMode(t, func(t *testing.T, m serverMode) {
+		h := newRecorder()
+		h.open = func(c *Conn) { c.SetReadDeadline(time.Now().Add(time.Hour)) }
+		addr := m.start(t, h, &Options{MessageTimeout: bound})
+
+		// In time: a message in three pieces, 100 ms apart.
+		ok := dialRaw(t, addr, nil)
+		h.waitOpen(t)
+		msg := frame(0x82, repeat("x", 300))
+		for i := 0; i < len(msg); i += 100 {
+			ok.send(msg[i:min(i+100, len(msg))])
+			time.Sleep(100 * time.Millisecond)
+		}
+		h.expectMessage(t, OpBinary, repeat("x", 300))
+
+		for _, stop := range []bool{false, true} {
+			c := dialRaw(t, addr, nil)
+			h.waitOpen(t)
+			start := time.Now()
+			require.NoError(t, sendPartialFrame(c.nc, 16<<20-1, []byte{0}))
+			if !stop {
+				go func() { // a byte every 100 ms, until the connection ends
+					for range 100 {
+						time.Sleep(100 * time.Millisecond)
+						if _, err := c.nc.Write([]byte{0}); err != nil {
+							return
+						}
+					}
+				}()
+			}
+			c.expectClose(StatusPolicyViolation)
+			err := h.waitClose(t)
+			took := time.Since(start)
+			require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+			var pe *ProtocolError
+			require.ErrorAs(t, err, &pe)
+			require.GreaterOrEqual(t, took, bound)
+			require.Less(t, took, bound+2*time.Second, "ended %v after the first byte", took)
+		}
+
+		// The connection whose message came in time is still open, though
+		// it has now been quiet for longer than the bound.
+		ok.send(frame(0x82, []byte("again")))
+		h.expectMessage(t, OpBinary, []byte("again"))
+	})
+}
+
+// The handler's own read deadline still ends a connection waiting in the
+// middle of a message when it comes before MessageTimeout.
+func TestReadDeadlineBeforeMessageTimeout(t *testing.T) {
+	forEachTCPMode(t, func(t *testing.T, m serverMode) {
+		h := newRecorder()
+		h.open = func(c *Conn) { c.SetReadDeadline(time.Now().Add(300 * time.Millisecond)) }
+		addr := m.start(t, h, &Options{MessageTimeout: time.Minute})
+		c := dialRaw(t, addr, nil)
+		h.waitOpen(t)
+		require.NoError(t, sendPartialFrame(c.nc, 1<<20, []byte{0}))
+		err := h.waitClose(t)
+		require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+		var pe *ProtocolError
+		require.False(t, errors.As(err, &pe), "the read deadline, not the message's bound: %v", err)
+	})
+}
+
+func TestMessageTimeoutDefault(t *testing.T) {
+	require.Equal(t, 90*time.Second, newConfig(Options{}, true).MessageTimeout)
+	require.Negative(t, newConfig(Options{MessageTimeout: -1}, true).MessageTimeout)
+}
+
+// A message of endless empty continuation frames ends at once.
+func TestEmptyContinuationFloodEnds(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m serverMode) {
+		h := newRecorder()
+		addr := m.start(t, h, nil)
+		c := dialRaw(t, addr, nil)
+		h.waitOpen(t)
+		empty := frame(0x00, nil)
+		var flood []byte
+		for range 4096 {
+			flood = append(flood, empty...)
+		}
+		go func() {
+			c.nc.Write(frame(0x01, []byte("a"))) // text, not final
+			for {
+				if _, err := c.nc.Write(flood); err != nil {
+					return
+				}
+			}
+		}()
+		var pe *ProtocolError
+		require.ErrorAs(t, h.waitClose(t), &pe)
+		require.Equal(t, StatusPolicyViolation, pe.Code)
+	})
+}
+
+// Empty fragments short of the bound, and an empty last one, are fine.
+func TestEmptyFragmentsUnderTheBound(t *testing.T) {
+	h := newRecorder()
+	addr := startServer(t, h, nil)
+	c := dialRaw(t, addr, nil)
+	h.waitOpen(t)
+	c.send(frame(0x01, []byte("a")))
+	for range maxEmptyFrames {
+		c.send(frame(0x00, nil))
+	}
+	c.send(frame(0x80, nil))
+	h.expectMessage(t, OpText, []byte("a"))
 }
