@@ -27,7 +27,7 @@ import (
 // (netWriteBacklog), a message streamed to its handler (StreamThreshold),
 // a close frame and the end of the connection, Options.Parallel's handlers
 // all busy, the write lock held by another goroutine, and a peer that
-// keeps sending past loopReadBudget reads.
+// keeps sending or a message that takes long to inflate (loopWorkBudget).
 
 // epollET is EPOLLET as the uint32 of EpollEvent.Events (the syscall
 // package's constant is a negative int).

@@ -410,7 +410,7 @@ func TestNetpollClient(t *testing.T) {
 
 // A peer that keeps sending holds up no other connection of its event
 // loop (the loop moves on once a read drains the socket, and after
-// loopReadBudget reads at most): the others are answered meanwhile, and the
+// loopWorkBudget bytes at most): the others are answered meanwhile, and the
 // flood is echoed whole.
 func TestNetpollFloodingPeerHoldsUpNoOther(t *testing.T) {
 	forEachNetpollMode(t, func(t *testing.T, m serverMode) {

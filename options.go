@@ -188,7 +188,8 @@ type Options struct {
 	// wait in the connection's backlog (at most what is written while one
 	// read's bytes are dispatched), and what would wait — that backlog, a
 	// message streamed to its handler (StreamThreshold), a close, Parallel
-	// handlers all busy, a peer that keeps sending — is handed to a
+	// handlers all busy, a peer that keeps sending, a message that takes
+	// long to inflate — is handed to a
 	// goroutine started for the connection, which parks it again once
 	// idle. The socket becomes gust's own once the handshake is done: its
 	// descriptor is duplicated and the *net.TCPConn or *net.UnixConn
