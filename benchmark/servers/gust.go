@@ -33,6 +33,10 @@ func init() {
 	register("gust-netpoll", "github.com/gustws/gust: as gust, in netpoll mode (Options.Netpoll)", func(addr string) (Server, error) {
 		return startGustWith(addr, gust.Options{Netpoll: true})
 	})
+	// gust-netpoll-deflate: gust-netpoll with permessage-deflate on (as gust-deflate).
+	register("gust-netpoll-deflate", "github.com/gustws/gust: as gust-netpoll, with Compression{Enabled: true}", func(addr string) (Server, error) {
+		return startGustWith(addr, gust.Options{Netpoll: true, Compression: gust.CompressionOptions{Enabled: true}})
+	})
 }
 
 type gustEcho struct{ gust.BuiltinEventHandler }
