@@ -485,7 +485,7 @@ func (c *Conn) setReadDeadline(t time.Time) error {
 		if !t.IsZero() {
 			u = t.UnixNano()
 		}
-		c.rd.readDL.Store(u) // see waitMessage
+		c.rd.readDL.Store(u) // see boundMessage
 	}
 	err := c.conn.SetReadDeadline(t)
 	c.wakeAt(t)

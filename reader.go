@@ -136,7 +136,7 @@ func (c *Conn) read(p []byte) (int, error) {
 	if err := c.uncork(); err != nil {
 		return 0, err
 	}
-	if err := c.waitMessage(); err != nil {
+	if err := c.boundMessage(true); err != nil {
 		return 0, err
 	}
 	if c.mayPark() {
@@ -187,13 +187,13 @@ func (c *Conn) messageLeft() (left time.Duration, ok bool) {
 	return t - time.Duration(now-rd.since)*time.Millisecond, true
 }
 
-// waitMessage is called before a read, which may wait: in the middle of a
-// frame or a message it fails the connection once the message has taken
-// Options.MessageTimeout, and otherwise bounds the wait to come. In
-// goroutine mode the socket's read deadline does, for the rest of the
-// message (messageDone restores the user's); a connection parked in
+// boundMessage is called before a read, which may wait: in the middle of
+// a frame or a message it fails the connection once the message has taken
+// Options.MessageTimeout, and otherwise, with arm set, bounds the wait to
+// come. In goroutine mode the socket's read deadline does, for the rest of
+// the message (messageDone restores the user's); a connection parked in
 // netpoll mode is woken instead (park).
-func (c *Conn) waitMessage() error {
+func (c *Conn) boundMessage(arm bool) error {
 	left, ok := c.messageLeft()
 	switch {
 	case !ok:
@@ -202,7 +202,7 @@ func (c *Conn) waitMessage() error {
 		return messageTimeout(c.cfg.MessageTimeout)
 	}
 	rd := c.rd
-	if c.np == nil && !rd.armed {
+	if arm && c.np == nil && !rd.armed {
 		dl := time.Now().Add(left)
 		if u := rd.readDL.Load(); u != 0 && u < dl.UnixNano() {
 			dl = time.Unix(0, u)
@@ -212,6 +212,10 @@ func (c *Conn) waitMessage() error {
 	}
 	return nil
 }
+
+// mustArm reports whether a read in goroutine mode is in the middle of a
+// message whose wait boundMessage has not bounded yet.
+func (c *Conn) mustArm() bool { return c.rd.since != 0 && !c.rd.armed && c.np == nil }
 
 // overdue turns the timeout of a read whose wait the message in progress
 // bounded into the message's own error.

@@ -321,7 +321,7 @@ func repeat(s string, n int) []byte { return []byte(strings.Repeat(s, n)) }
 func newBufReader(nc net.Conn) *bufio.Reader { return bufio.NewReader(nc) }
 
 // tcpPair returns the two ends of a loopback TCP connection.
-func tcpPair(t *testing.T) (a, b *net.TCPConn) {
+func tcpPair(t testing.TB) (a, b *net.TCPConn) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -329,7 +329,7 @@ func tcpPair(t *testing.T) (a, b *net.TCPConn) {
 }
 
 // tcpPairOn is tcpPair over ln, which it closes.
-func tcpPairOn(t *testing.T, ln net.Listener) (a, b *net.TCPConn) {
+func tcpPairOn(t testing.TB, ln net.Listener) (a, b *net.TCPConn) {
 	t.Helper()
 	defer ln.Close()
 	accepted := make(chan net.Conn, 1)

@@ -1,0 +1,54 @@
+package gust
+
+import "testing"
+
+type countHandler struct {
+	BuiltinEventHandler
+	n    int
+	want int
+	done chan struct{}
+}
+
+func (h *countHandler) OnMessage(c *Conn, m *Message) {
+	m.Close()
+	if h.n++; h.n == h.want {
+		close(h.done)
+	}
+}
+
+// BenchmarkReadPipelinedTCP reads pipelined 2,396-byte text messages from
+// a loopback TCP socket, as scenario b's server does: reads of up to the
+// buffer's size end in the middle of a message, whose rest the next read
+// brings (the message's time bound is armed and ended each time).
+func BenchmarkReadPipelinedTCP(b *testing.B) {
+	for _, mode := range []struct {
+		name    string
+		netpoll bool
+	}{{"goroutine", false}, {"netpoll", true}} {
+		b.Run(mode.name, func(b *testing.B) {
+			f := frame(0x81, repeat("a", 2396))
+			var batch []byte
+			for range 64 {
+				batch = append(batch, f...)
+			}
+			a, s := tcpPair(b)
+			h := &countHandler{want: b.N, done: make(chan struct{})}
+			c := newConn(s, newConfig(Options{Netpoll: mode.netpoll}, true), h, true, nil, "")
+			b.ReportAllocs()
+			b.SetBytes(int64(len(f)))
+			b.ResetTimer()
+			go c.ReadLoop()
+			go func() {
+				for left := b.N; left > 0; left -= 64 {
+					if _, err := a.Write(batch); err != nil {
+						return
+					}
+				}
+			}()
+			<-h.done
+			b.StopTimer()
+			a.Close()
+			c.CloseNow()
+		})
+	}
+}
