@@ -541,3 +541,29 @@ func TestEmptyFragmentsUnderTheBound(t *testing.T) {
 	c.send(frame(0x80, nil))
 	h.expectMessage(t, OpText, []byte("a"))
 }
+
+// The bound a message in pieces set stays in place after it, for the
+// messages that follow; when it fires on an idle connection, the handler's
+// own deadline is what ends it, and at its time.
+func TestReadDeadlineAfterAMessageInPieces(t *testing.T) {
+	forEachTCPMode(t, func(t *testing.T, m serverMode) {
+		h := newRecorder()
+		start := time.Now()
+		h.open = func(c *Conn) { c.SetReadDeadline(start.Add(1500 * time.Millisecond)) }
+		addr := m.start(t, h, &Options{MessageTimeout: 300 * time.Millisecond})
+		c := dialRaw(t, addr, nil)
+		h.waitOpen(t)
+		msg := frame(0x82, repeat("y", 50))
+		c.send(msg[:10])
+		time.Sleep(50 * time.Millisecond)
+		c.send(msg[10:])
+		h.expectMessage(t, OpBinary, repeat("y", 50))
+		err := h.waitClose(t)
+		took := time.Since(start)
+		require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+		var pe *ProtocolError
+		require.False(t, errors.As(err, &pe), "the read deadline, not the message's bound: %v", err)
+		require.Greater(t, took, 1400*time.Millisecond, "ended at %v, before the read deadline", took)
+		require.Less(t, took, 4*time.Second)
+	})
+}

@@ -59,11 +59,10 @@ func (c *Conn) park() bool {
 	c.rd.shrink()
 	if left, ok := c.messageLeft(); ok && !c.rd.armed {
 		// The message in progress has its bound (Options.MessageTimeout):
-		// wake c then, unless its read deadline comes first.
-		if dl, at := np.readDeadline(), time.Now().Add(left); dl.IsZero() || at.Before(dl) {
-			c.wakeAt(at)
-			c.rd.armed = true
-		}
+		// wake c then. Left in place once the message ends, a wake-up for
+		// an earlier message finds nothing overdue and parks c again.
+		c.wakeForMessage(left)
+		c.rd.armed = true
 	}
 	if err := np.poller().register(c); err != nil {
 		return true // still running: the next read reports why
@@ -88,15 +87,6 @@ func (c *Conn) park() bool {
 	return false
 }
 
-// readDeadline returns the read deadline set on np's socket, zero for
-// none.
-func (np *netpollState) readDeadline() time.Time {
-	if d := np.dl[dirRead].Load(); d != 0 {
-		return time.Unix(0, d)
-	}
-	return time.Time{}
-}
-
 // peerEnded reports whether the event loop has seen the peer's end (an
 // event with RDHUP, HUP or ERR) on np, nil for none.
 func (np *netpollState) peerEnded() bool { return np != nil && np.hup.Load() }
@@ -110,6 +100,7 @@ var parkHook atomic.Pointer[func(c *Conn, holdsRead bool)]
 func (c *Conn) resume() {
 	c.np.ready.Store(false) // the reads below see whatever made it ready
 	c.takeRead()
+	c.rd.armed = false // the wake-up may have been the message's bound: the next park sets it again
 	c.rd.loop = false
 	c.serve(false)
 }
@@ -128,6 +119,19 @@ func (c *Conn) resumeOnLoop() {
 func (c *Conn) wake() {
 	if np := c.np; np != nil && np.state.CompareAndSwap(npParked, npRunning) {
 		go c.resume()
+	}
+}
+
+// wakeForMessage arranges for c to be woken after d, when the message in
+// progress reaches its bound (Options.MessageTimeout).
+func (c *Conn) wakeForMessage(d time.Duration) {
+	w := c.np.waits()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.msg == nil {
+		w.msg = time.AfterFunc(d, c.wake)
+	} else {
+		w.msg.Reset(d)
 	}
 }
 
@@ -153,6 +157,7 @@ func (c *Conn) wakeAt(t time.Time) {
 		if w.timer != nil {
 			w.timer.Stop()
 		}
+
 	case w.timer == nil:
 		w.timer = time.AfterFunc(time.Until(t), c.wake)
 	default:
@@ -169,7 +174,16 @@ func (c *Conn) unpark() {
 	if c.np == nil {
 		return
 	}
-	c.wakeAt(time.Time{}) // stops the deadline's timer
+	if w := c.np.w.Load(); w != nil { // stops the timers that would wake it
+		w.mu.Lock()
+		if w.timer != nil {
+			w.timer.Stop()
+		}
+		if w.msg != nil {
+			w.msg.Stop()
+		}
+		w.mu.Unlock()
+	}
 	c.np.poller().remove(c)
 }
 

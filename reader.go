@@ -150,7 +150,9 @@ func (c *Conn) read(p []byte) (int, error) {
 			return n, c.cork(drainedBatch(n, len(p)))
 		}
 		if err != nil {
-			return 0, c.overdue(err)
+			if err = c.overdue(err); err != nil {
+				return 0, err
+			}
 		}
 	}
 }
@@ -190,9 +192,11 @@ func (c *Conn) messageLeft() (left time.Duration, ok bool) {
 // boundMessage is called before a read, which may wait: in the middle of
 // a frame or a message it fails the connection once the message has taken
 // Options.MessageTimeout, and otherwise, with arm set, bounds the wait to
-// come. In goroutine mode the socket's read deadline does, for the rest of
-// the message (messageDone restores the user's); a connection parked in
-// netpoll mode is woken instead (park).
+// come. In goroutine mode the socket's read deadline does; a connection
+// parked in netpoll mode is woken instead (park). The bound is left in
+// place when the message ends, so that messages which keep coming do not
+// set it at each read: one that fires for an earlier message is set again
+// (overdue).
 func (c *Conn) boundMessage(arm bool) error {
 	left, ok := c.messageLeft()
 	switch {
@@ -213,40 +217,35 @@ func (c *Conn) boundMessage(arm bool) error {
 	return nil
 }
 
-// mustArm reports whether a read in goroutine mode is in the middle of a
-// message whose wait boundMessage has not bounded yet.
-func (c *Conn) mustArm() bool { return c.rd.since != 0 && !c.rd.armed && c.np == nil }
-
-// overdue turns the timeout of a read whose wait the message in progress
-// bounded into the message's own error.
+// overdue looks at a read's error in goroutine mode once boundMessage has
+// set the read deadline: the message in progress past its bound fails the
+// connection; the user's deadline passed is err; otherwise the deadline was
+// set for an earlier message, and overdue sets the right one and returns
+// nil: the caller reads again.
 func (c *Conn) overdue(err error) error {
-	if c.rd.armed && errors.Is(err, os.ErrDeadlineExceeded) {
-		if left, ok := c.messageLeft(); ok && left <= 0 {
-			return messageTimeout(c.cfg.MessageTimeout)
-		}
-	}
-	return err
-}
-
-// messageDone ends the bound on the message that was in progress: the
-// frames read since make up whole messages.
-func (c *Conn) messageDone() {
 	rd := c.rd
-	rd.since = 0
-	if !rd.armed {
-		return
+	if !rd.armed || c.np != nil || !errors.Is(err, os.ErrDeadlineExceeded) {
+		return err
+	}
+	if left, ok := c.messageLeft(); ok && left <= 0 {
+		return messageTimeout(c.cfg.MessageTimeout)
+	}
+	u := rd.readDL.Load()
+	if u != 0 && time.Now().UnixNano() >= u {
+		return err
 	}
 	rd.armed = false
-	if c.np == nil {
-		var dl time.Time
-		if u := rd.readDL.Load(); u != 0 {
-			dl = time.Unix(0, u)
-		}
-		c.conn.SetReadDeadline(dl)
-		return
+	var dl time.Time
+	if u != 0 {
+		dl = time.Unix(0, u)
 	}
-	c.wakeAt(c.np.readDeadline())
+	c.conn.SetReadDeadline(dl)
+	return c.boundMessage(true)
 }
+
+// messageDone ends the message that was in progress: the frames read since
+// make up whole messages.
+func (rd *readState) messageDone() { rd.since = 0 }
 
 // messageTimeout is the error of a message not complete after t
 // (Options.MessageTimeout).
@@ -344,8 +343,8 @@ func (c *Conn) readFrames() error {
 			return err
 		}
 		rd.inFrame = false
-		if rd.since != 0 && rd.op == 0 {
-			c.messageDone()
+		if rd.op == 0 {
+			rd.messageDone()
 		}
 	}
 }

@@ -123,22 +123,18 @@ func (c *Conn) fillIdle() (bool, error) {
 	if err := c.uncork(); err != nil {
 		return true, err
 	}
-	if err := c.boundMessage(false); err != nil {
+	if err := c.boundMessage(true); err != nil {
 		return true, err
 	}
-	park := c.mayPark()
-	if !park && c.mustArm() {
-		// The rest of a message has mostly arrived already: the deadline
-		// that bounds its wait is set only when a read finds nothing.
-		if _, err := c.idleRead(nil, true); err != errPark {
-			return true, err
+	for {
+		_, err := c.idleRead(nil, c.mayPark())
+		if err == nil {
+			return true, nil
 		}
-		if err := c.boundMessage(true); err != nil {
+		if err = c.overdue(err); err != nil {
 			return true, err
 		}
 	}
-	_, err := c.idleRead(nil, park)
-	return true, c.overdue(err)
 }
 
 // idleReadSize is the size of the pooled buffer an idle read takes.

@@ -81,6 +81,7 @@ type sockWaits struct {
 	mu    sync.Mutex
 	ch    [2]chan struct{} // closed to wake the calls waiting in a direction
 	timer *time.Timer      // wakes the parked connection at its read deadline (wakeAt)
+	msg   *time.Timer      // wakes it when the message in progress reaches its bound (wakeForMessage)
 }
 
 // waits returns s's sockWaits, made by the first call.
