@@ -21,25 +21,35 @@ func (h *countHandler) OnMessage(c *Conn, m *Message) {
 // buffer's size end in the middle of a message, whose rest the next read
 // brings (the message's time bound is armed and ended each time).
 func BenchmarkReadPipelinedTCP(b *testing.B) {
+	benchmarkReadTCP(b, 2396, 64)
+}
+
+// BenchmarkReadLargeTCP reads 1 MiB binary messages, four at a time, as
+// scenario d's server does.
+func BenchmarkReadLargeTCP(b *testing.B) {
+	benchmarkReadTCP(b, 1<<20, 4)
+}
+
+func benchmarkReadTCP(b *testing.B, size, batched int) {
 	for _, mode := range []struct {
 		name    string
 		netpoll bool
 	}{{"goroutine", false}, {"netpoll", true}} {
 		b.Run(mode.name, func(b *testing.B) {
-			f := frame(0x81, repeat("a", 2396))
+			f := frame(0x82, repeat("a", size))
 			var batch []byte
-			for range 64 {
+			for range batched {
 				batch = append(batch, f...)
 			}
 			a, s := tcpPair(b)
 			h := &countHandler{want: b.N, done: make(chan struct{})}
-			c := newConn(s, newConfig(Options{Netpoll: mode.netpoll}, true), h, true, nil, "")
+			c := newConn(s, newConfig(Options{Netpoll: mode.netpoll, MaxMessageSize: 2 << 20}, true), h, true, nil, "")
 			b.ReportAllocs()
 			b.SetBytes(int64(len(f)))
 			b.ResetTimer()
 			go c.ReadLoop()
 			go func() {
-				for left := b.N; left > 0; left -= 64 {
+				for left := b.N; left > 0; left -= batched {
 					if _, err := a.Write(batch); err != nil {
 						return
 					}
