@@ -1,7 +1,6 @@
 package gust
 
 import (
-	"errors"
 	"strconv"
 	"sync"
 	"time"
@@ -195,10 +194,6 @@ func (c *Conn) WritePreparedAsync(pm *PreparedMessage, done func(error)) error {
 	}
 	return c.enqueue(outboxItem{pm: pm, done: done})
 }
-
-// errNilPrepared is returned by WritePreparedAsync for a nil message, which
-// would otherwise fail on the writer goroutine.
-var errNilPrepared = errors.New("gust: nil PreparedMessage")
 
 // enqueue queues it, applying the policy when the outbox is full, and
 // starts the writer unless it runs.

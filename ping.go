@@ -3,7 +3,6 @@ package gust
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"math/rand/v2"
 	"runtime"
 	"sync"
@@ -171,11 +170,6 @@ func (pw *pingWaiters) end() {
 	pw.wait = nil
 	pw.mu.Unlock()
 }
-
-// errPingOnReader is what Ping returns when called from a goroutine that
-// reads a connection: it would wait for a pong that only it could read.
-var errPingOnReader = errors.New("gust: Ping called from an event callback, on the goroutine that reads the connection: " +
-	"its pong could never be read; call Ping from another goroutine, or use WritePing and OnPong")
 
 // serveFunc is the name of the function every goroutine that reads a
 // connection and calls its callbacks runs: ReadLoop's, an event loop's, a

@@ -2,7 +2,6 @@ package gust
 
 import (
 	"bufio"
-	"errors"
 	"io"
 	"sync"
 
@@ -11,10 +10,6 @@ import (
 	"github.com/gustws/gust/internal/bufpool"
 	"github.com/gustws/gust/internal/mask"
 )
-
-// errStreamOver is what Read returns on a streamed message after Close or
-// after OnMessage returned: its frames are gone by then.
-var errStreamOver = errors.New("gust: read of a streamed message after Close or after OnMessage returned")
 
 // msgStream is the state of a streamed message (Options.StreamThreshold)
 // while OnMessage reads it, on the read goroutine.

@@ -264,4 +264,34 @@ var (
 
 	// errClosed is what writes return after the connection closed.
 	errClosed = net.ErrClosed
+
+	// errNilPrepared is returned by WritePreparedAsync for a nil message, which
+	// would otherwise fail on the writer goroutine.
+	errNilPrepared = errors.New("gust: nil PreparedMessage")
+
+	// errPingOnReader is what Ping returns when called from a goroutine that
+	// reads a connection: it would wait for a pong that only it could read.
+	errPingOnReader = errors.New("gust: Ping called from an event callback, on the goroutine that reads the connection: " +
+		"its pong could never be read; call Ping from another goroutine, or use WritePing and OnPong")
+
+	// errStreamOver is what Read returns on a streamed message after Close or
+	// after OnMessage returned: its frames are gone by then.
+	errStreamOver = errors.New("gust: read of a streamed message after Close or after OnMessage returned")
+)
+
+// errTryHTTP1 is wrapped by the errors of handshakeH2 after which Dial
+// redoes the handshake over HTTP/1.1, on a new connection.
+var errTryHTTP1 = errors.New("gust: no WebSocket over this HTTP/2 server")
+
+var (
+	// errNoExtendedConnect reports an HTTP/2 server that did not announce
+	// SETTINGS_ENABLE_CONNECT_PROTOCOL.
+	errNoExtendedConnect = fmt.Errorf("%w: it does not allow extended CONNECT", errTryHTTP1)
+
+	// errConnectContentLength reports an HTTP/2 server that sent a
+	// Content-Length on its 2xx answer to the extended CONNECT, which RFC
+	// 9110 §9.3.6 forbids. The RFC tells clients to ignore it, but
+	// net/http's HTTP/2 transport ends the stream with an error once that
+	// many bytes have come, and has no setting to make it ignore the header.
+	errConnectContentLength = fmt.Errorf("%w: it sent Content-Length on its answer to CONNECT", errTryHTTP1)
 )
