@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/gustws/gust/internal/handshake"
+	"github.com/gustws/gust/internal/proxy"
 )
 
 // DialOptions configures [Dial]. The zero value is valid, and a nil
@@ -271,7 +272,7 @@ func (d *dialer) connect(ctx context.Context, u *url.URL) (nc net.Conn, target s
 	}
 	addr := target
 	if proxyURL != nil {
-		if addr, err = proxyAddr(proxyURL); err != nil {
+		if addr, err = proxy.Addr(proxyURL); err != nil {
 			return nil, "", nil, err
 		}
 	}
@@ -287,7 +288,7 @@ func (d *dialer) connect(ctx context.Context, u *url.URL) (nc net.Conn, target s
 func (d *dialer) transport(ctx context.Context, nc net.Conn, u *url.URL, target string, proxyURL *url.URL) (net.Conn, error) {
 	if proxyURL != nil {
 		var err error
-		if nc, err = tunnel(nc, proxyURL, target); err != nil {
+		if nc, err = proxy.Tunnel(nc, proxyURL, target); err != nil {
 			return nil, err
 		}
 	}

@@ -18,6 +18,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// Dial through a proxy, end to end; internal/proxy tests the protocols'
+// details against scripted proxies.
+//
 // Two small but real proxies for the tests, written from their RFCs: an
 // HTTP CONNECT proxy (RFC 9110 §9.3.6, Basic credentials) and a SOCKS5
 // proxy (RFC 1928, RFC 1929). They resolve host names through a map, the
@@ -430,14 +433,6 @@ func TestDialProxyURLs(t *testing.T) {
 		_, _, err = Dial(testContext(t), "ws://example.test/", nil, &DialOptions{Proxy: http.ProxyURL(pu)})
 		require.ErrorContains(t, err, tc.want)
 	}
-	for _, tc := range []struct{ in, want string }{
-		{"http://p", "p:80"}, {"socks5://p", "p:1080"}, {"SOCKS5H://p:9", "p:9"}, {"http://[::1]", "[::1]:80"},
-	} {
-		pu, _ := url.Parse(tc.in)
-		got, err := proxyAddr(pu)
-		require.NoError(t, err)
-		require.Equal(t, tc.want, got)
-	}
 }
 
 func TestProxyFromEnvironmentNeverProxiesLoopback(t *testing.T) {
@@ -446,25 +441,4 @@ func TestProxyFromEnvironmentNeverProxiesLoopback(t *testing.T) {
 	// this only checks what holds whatever it read: loopback goes direct.
 	addr := startServer(t, newEcho(), nil)
 	dialTest(t, "ws://"+addr+"/", &DialOptions{Proxy: http.ProxyFromEnvironment})
-}
-
-// TestHTTPConnectKeepsEarlyBytes covers a proxy that sends bytes of the
-// tunnel in the same segment as its 200: they must not be lost.
-func TestHTTPConnectKeepsEarlyBytes(t *testing.T) {
-	t.Parallel()
-	client, server := net.Pipe()
-	defer client.Close()
-	go func() {
-		defer server.Close()
-		br := bufio.NewReader(server)
-		if _, err := http.ReadRequest(br); err != nil {
-			return
-		}
-		io.WriteString(server, "HTTP/1.1 200 OK\r\n\r\nhello")
-	}()
-	nc, err := tunnel(client, &url.URL{Scheme: "http", Host: "proxy"}, "gust.test:80")
-	require.NoError(t, err)
-	b, err := io.ReadAll(nc)
-	require.NoError(t, err)
-	require.Equal(t, "hello", string(b))
 }
