@@ -10,7 +10,6 @@ import (
 	"io"
 	"net"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -38,8 +37,7 @@ func init() {
 }
 
 type rawServer struct {
-	ln   net.Listener
-	once sync.Once
+	ln net.Listener
 }
 
 func serveRaw(addr string, echo func(c *net.TCPConn, br *bufio.Reader) error) (Server, error) {
