@@ -75,9 +75,6 @@ var wheels struct {
 	m  map[time.Duration]*wheel
 }
 
-// runningWheels counts the wheel goroutines, for the tests.
-var runningWheels atomic.Int32
-
 // wheelTick is the tick of the wheel for interval and timeout: a quarter of
 // the shorter, so that a check comes at most a quarter late.
 func wheelTick(interval, timeout time.Duration) time.Duration {
@@ -163,8 +160,6 @@ func (c *Conn) hbArrived() {
 // run is the wheel's goroutine: it advances the wheel each tick until quit
 // is closed.
 func (w *wheel) run(quit chan struct{}) {
-	runningWheels.Add(1)
-	defer runningWheels.Add(-1)
 	t := time.NewTicker(w.tick)
 	defer t.Stop()
 	var ping []*Conn // the connections a tick found silent, pinged once w.mu is released

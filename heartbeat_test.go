@@ -155,9 +155,9 @@ func TestHeartbeatDataCountsAsAlive(t *testing.T) {
 func waitWheels(t *testing.T, n int32) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for runningWheels.Load() != n {
+	for runningWheels() != n {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d wheel goroutines run, want %d", runningWheels.Load(), n)
+			t.Fatalf("%d wheel goroutines run, want %d", runningWheels(), n)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -175,7 +175,7 @@ func TestHeartbeatOffStartsNothing(t *testing.T) {
 	require.Nil(t, sc.cfg.wheel)
 	require.NoError(t, c.WriteString("hello"))
 	time.Sleep(2 * hbInterval)
-	require.Zero(t, runningWheels.Load())
+	require.Zero(t, runningWheels())
 }
 
 // TestHeartbeatWheelStops: the wheel's goroutine runs while connections

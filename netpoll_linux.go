@@ -91,8 +91,8 @@ func (c *Conn) park() bool {
 // event with RDHUP, HUP or ERR) on np, nil for none.
 func (np *netpollState) peerEnded() bool { return np != nil && np.hup.Load() }
 
-// parkHook, set by tests, is called by each connection that parks, with
-// whether it keeps its read state.
+// parkHook is nil but in tests (export_linux_test.go): it is called by each
+// connection that parks, with whether it keeps its read state.
 var parkHook atomic.Pointer[func(c *Conn, holdsRead bool)]
 
 // resume serves a parked connection again, on a goroutine the event loop

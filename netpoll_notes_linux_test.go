@@ -67,8 +67,7 @@ func TestNetpollFallbackIsCounted(t *testing.T) {
 		}
 		return nil
 	}
-	dupHook.Store(&hook)
-	t.Cleanup(func() { dupHook.Store(nil) })
+	unhook := hookDup(t, hook)
 
 	h := newEcho()
 	opts := &Options{Netpoll: true, Metrics: m, Logger: newLogger(&logs)}
@@ -95,7 +94,7 @@ func TestNetpollFallbackIsCounted(t *testing.T) {
 	require.Len(t, recs, 2)
 	require.Contains(t, recs[1], "count=5", "the 4 after the first record, and this one")
 
-	dupHook.Store(nil)
+	unhook()
 	dialRaw(t, addr, nil)
 	require.True(t, h.waitOpen(t).Netpoll(), "descriptors free: the next connection goes to a loop")
 	require.Equal(t, n+1, m.get("fallback-fd"))

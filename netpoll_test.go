@@ -220,8 +220,7 @@ func TestNetpollFrameInPiecesParksBetween(t *testing.T) {
 				parks.Add(1)
 			}
 		}
-		parkHook.Store(&hook)
-		defer parkHook.Store(nil)
+		hookPark(t, hook)
 		// send sends b and returns a function that waits until sc has
 		// parked after it, and reports whether it kept its read state.
 		send := func(b []byte) (parked func() bool) {

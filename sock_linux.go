@@ -167,9 +167,9 @@ func (c *Conn) adoptSocket() {
 	orig.Close()
 }
 
-// dupHook, set by tests, is called before a connection's descriptor is
-// duplicated; an error it returns fails the duplication, as the descriptor
-// limit would.
+// dupHook is nil but in tests (export_linux_test.go): it is called before a
+// connection's descriptor is duplicated, and an error it returns fails the
+// duplication, as the descriptor limit would.
 var dupHook atomic.Pointer[func(c *Conn) error]
 
 // sockRead reads once from c's own socket (netpoll mode) into dst or, when
