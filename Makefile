@@ -1,6 +1,7 @@
 # gust: the front door. Each target is a few lines; anything longer lives in scripts/.
 #
-#   make test         go vet, go test -race with coverage (root and nested modules), then the
+#   make test         go vet, staticcheck (installed into .tools/bin if missing), go test -race
+#                     with coverage (root and nested modules), then the
 #                     Autobahn TestSuite: every section (1-13, compression included, ~11 min) on
 #                     the Server path and sections 1-10 (~30 s) on the Upgrader path (installs
 #                     wstest itself), sections 1-10 on both paths in netpoll mode,
