@@ -847,7 +847,7 @@ func (pipeAddr) String() string  { return "pipe" }
 func serveOn(t *testing.T, ln net.Listener, h Event, opts *Options) {
 	t.Helper()
 	s := newServer(h, opts)
-	s.Subprotocols = []string{"p"}
+	s.Upgrader.Subprotocols = []string{"p"}
 	runServer(t, s, ln)
 }
 

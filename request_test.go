@@ -139,7 +139,7 @@ func TestOnRequestSeesTLS(t *testing.T) {
 	}
 	t.Run("server", func(t *testing.T) {
 		s := newServer(newEcho(), nil)
-		s.OnRequest = onRequest
+		s.Upgrader.OnRequest = onRequest
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)
 		runServer(t, s, tls.NewListener(ln, serverTLS))

@@ -25,17 +25,20 @@ import (
 // refused when it is nil. For more than a few plain HTTP routes, use an
 // Upgrader inside a net/http server.
 //
-// The embedded Upgrader holds the handler, the connections' Options and
-// the handshake's settings, which mean what they mean on an Upgrader:
-// OnRequest sees each request (built from the parsed head, as an
-// *http.Request), may refuse it with any status, header fields and body,
-// and attaches data to the connection before OnOpen. The
-// zero value is ready to use. Set the fields before the first Serve and do
-// not change them afterwards.
+// Its Upgrader field holds the handler, the connections' Options and the
+// handshake's settings, as net/http's Server holds a Handler: OnRequest
+// sees each request (built from the parsed head, as an *http.Request), may
+// refuse it with any status, header fields and body, and attaches data to
+// the connection before OnOpen. The zero value is ready to use. Set the
+// fields before the first Serve and do not change them afterwards.
 //
 // Each connection runs its ReadLoop in the goroutine that accepted it.
 type Server struct {
-	Upgrader
+	// Upgrader's fields configure the connections and their handshakes,
+	// and mean here what they mean on an Upgrader; the Server answers the
+	// handshakes itself, without calling Upgrade. Default: the zero
+	// Upgrader.
+	Upgrader Upgrader
 
 	// MaxHeaderBytes bounds the handshake request head; a larger one is
 	// refused with 431. Default 16 KiB. Memory: a pending handshake holds a
@@ -62,8 +65,8 @@ type Server struct {
 	serverOnce sync.Once
 	serverCfg  *config
 
-	// The connections themselves, handshake included, are in the
-	// Upgrader's tracker (track), with those Upgrade made.
+	// The connections themselves, handshake included, are in
+	// Upgrader.track, with any that Upgrader.Upgrade made.
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	pending   map[net.Conn]struct{} // accepted, handshake not done
@@ -87,7 +90,7 @@ func (s *Server) initLocked() {
 
 // ListenAndServe listens on the TCP address addr and calls Serve.
 func (s *Server) ListenAndServe(addr string) error {
-	if s.track.closing.Load() {
+	if s.Upgrader.track.closing.Load() {
 		return ErrServerClosed
 	}
 	ln, err := net.Listen("tcp", addr)
@@ -101,7 +104,7 @@ func (s *Server) ListenAndServe(addr string) error {
 // Options.TLSConfig (if set) and the certificate and key files (if not
 // empty).
 func (s *Server) ListenAndServeTLS(addr, certFile, keyFile string) error {
-	if s.track.closing.Load() {
+	if s.Upgrader.track.closing.Load() {
 		return ErrServerClosed
 	}
 	cfg := &tls.Config{}
@@ -129,7 +132,7 @@ func (s *Server) ListenAndServeTLS(addr, certFile, keyFile string) error {
 func (s *Server) Serve(ln net.Listener) error {
 	cfg := s.config()
 	s.mu.Lock()
-	if s.track.closing.Load() {
+	if s.Upgrader.track.closing.Load() {
 		s.mu.Unlock()
 		ln.Close()
 		return ErrServerClosed
@@ -148,7 +151,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
-			if s.track.closing.Load() {
+			if s.Upgrader.track.closing.Load() {
 				return ErrServerClosed
 			}
 			var ne net.Error
@@ -162,7 +165,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			return err
 		}
 		pause = 0
-		if !s.track.begin() { // Shutdown or Close came between Accept and here
+		if !s.Upgrader.track.begin() { // Shutdown or Close came between Accept and here
 			nc.Close()
 			return ErrServerClosed
 		}
@@ -179,10 +182,10 @@ func isTemporary(err error) bool {
 // has reserved the connection's place in the tracker.
 func (s *Server) serveConn(nc net.Conn) {
 	s.mu.Lock()
-	if s.track.closing.Load() {
+	if s.Upgrader.track.closing.Load() {
 		s.mu.Unlock()
 		nc.Close()
-		s.track.end()
+		s.Upgrader.track.end()
 		return
 	}
 	s.pending[nc] = struct{}{}
@@ -194,16 +197,16 @@ func (s *Server) serveConn(nc net.Conn) {
 	delete(s.pending, nc)
 	s.mu.Unlock()
 	if plain != nil { // no WebSocket: net/http's from here on
-		s.track.end()
+		s.Upgrader.track.end()
 		s.serveHTTP(plain)
 		return
 	}
 	if c == nil {
 		nc.Close()
-		s.track.end()
+		s.Upgrader.track.end()
 		return
 	}
-	if s.track.add(c) { // sends 1001 first if a shutdown has started
+	if s.Upgrader.track.add(c) { // sends 1001 first if a shutdown has started
 		c.ReadLoop()
 	}
 }
@@ -216,7 +219,7 @@ func (s *Server) serveConn(nc net.Conn) {
 func (s *Server) commit(nc net.Conn) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.track.closing.Load() {
+	if s.Upgrader.track.closing.Load() {
 		return false
 	}
 	delete(s.pending, nc)
@@ -292,7 +295,7 @@ func (s *Server) handshake(nc net.Conn) (c *Conn, plain net.Conn) {
 		defer cancel()
 		r = r.WithContext(ctx)
 	}
-	c, extra, herr := cfg.accept(r, &hs, s.handler(), nil)
+	c, extra, herr := cfg.accept(r, &hs, s.Upgrader.handler(), nil)
 	if herr != nil {
 		writeRefusal(nc, herr)
 		cfg.reportHandshake(herr.Status)
@@ -385,17 +388,17 @@ func newHTTPRequest(req *handshake.Request, nc net.Conn) (*http.Request, *Handsh
 // connections that remain, waits for their OnClose, and returns ctx.Err().
 // It returns by ctx's deadline whatever the peers do, as
 // [Upgrader.Shutdown], which it extends: it covers every connection the
-// Server accepted, and those its promoted Upgrade made. HTTPHandler's
+// Server accepted, and any that s.Upgrader.Upgrade made. HTTPHandler's
 // connections are shut down as [http.Server.Shutdown] does, and closed when
 // ctx ends.
 func (s *Server) Shutdown(ctx context.Context) error {
 	hs := s.stopAccepting()
 	if hs == nil {
-		return s.track.shutdown(ctx)
+		return s.Upgrader.track.shutdown(ctx)
 	}
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- hs.shutdown(ctx) }()
-	err := s.track.shutdown(ctx)
+	err := s.Upgrader.track.shutdown(ctx)
 	if herr := <-httpDone; err == nil {
 		err = herr
 	}
@@ -409,7 +412,7 @@ func (s *Server) Close() error {
 	if hs := s.stopAccepting(); hs != nil {
 		hs.close()
 	}
-	s.track.close()
+	s.Upgrader.track.close()
 	return nil
 }
 
@@ -419,7 +422,7 @@ func (s *Server) Close() error {
 // serveHTTP start no net/http server. It returns the one serving
 // HTTPHandler, if one was started.
 func (s *Server) stopAccepting() *httpSide {
-	s.track.closing.Store(true)
+	s.Upgrader.track.closing.Store(true)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for ln := range s.listeners {

@@ -231,7 +231,7 @@ func BenchmarkServerHandshake(b *testing.B) {
 	b.Run("plain", func(b *testing.B) { run(b, newServer(BuiltinEventHandler{}, nil)) })
 	b.Run("OnRequest", func(b *testing.B) {
 		s := newServer(BuiltinEventHandler{}, nil)
-		s.OnRequest = func(r *http.Request, h http.Header, c *Conn) error {
+		s.Upgrader.OnRequest = func(r *http.Request, h http.Header, c *Conn) error {
 			if ck, err := r.Cookie("session"); err == nil {
 				c.Set("session", ck.Value)
 			}

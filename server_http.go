@@ -32,7 +32,7 @@ type tlsStateKey struct{}
 // net/http. Once a shutdown has started, it closes nc instead.
 func (s *Server) serveHTTP(nc net.Conn) {
 	s.mu.Lock()
-	if s.track.closing.Load() {
+	if s.Upgrader.track.closing.Load() {
 		s.mu.Unlock()
 		nc.Close()
 		return

@@ -244,7 +244,7 @@ func TestServerHTTPLimits(t *testing.T) {
 	const timeout = 300 * time.Millisecond
 	addr, _ := startHTTPServer(t, false, newRecorder(), plainMux(), func(s *Server) {
 		s.MaxHeaderBytes = 1024
-		s.HandshakeTimeout = timeout
+		s.Upgrader.HandshakeTimeout = timeout
 	})
 	big := "X-Big: " + strings.Repeat("a", 16<<10) + "\r\n"
 

@@ -268,7 +268,7 @@ func TestListenAndServeTLS(t *testing.T) {
 			h := newEcho()
 			var sawTLS atomic.Bool
 			s := newServer(h, nil)
-			s.CheckOrigin = func(r *http.Request) bool {
+			s.Upgrader.CheckOrigin = func(r *http.Request) bool {
 				sawTLS.Store(r.TLS != nil && r.TLS.HandshakeComplete)
 				return true
 			}

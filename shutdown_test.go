@@ -221,13 +221,13 @@ func TestZeroUpgraderShutdown(t *testing.T) {
 }
 
 // TestServerShutdownCoversItsUpgrade: a Server's Shutdown reaches the
-// connections its promoted Upgrade made inside a net/http server.
+// connections its Upgrader's Upgrade made inside a net/http server.
 func TestServerShutdownCoversItsUpgrade(t *testing.T) {
 	t.Parallel()
 	h := newEcho()
 	s := newServer(h, nil)
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, err := s.Upgrade(w, r)
+		c, err := s.Upgrader.Upgrade(w, r)
 		if err == nil {
 			c.ReadLoop()
 		}

@@ -385,9 +385,9 @@ func newUpgrader(h Event, opts *Options) *Upgrader {
 // newServer is a Server for h with the connection options opts.
 func newServer(h Event, opts *Options) *Server {
 	s := &Server{}
-	s.Handler = h
+	s.Upgrader.Handler = h
 	if opts != nil {
-		s.Options = *opts
+		s.Upgrader.Options = *opts
 	}
 	return s
 }

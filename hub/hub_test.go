@@ -91,7 +91,7 @@ func startHubServer(t *testing.T, cfg serverConfig) *hubServer {
 	require.NoError(t, err)
 	srv := &gust.Server{Upgrader: gust.Upgrader{Handler: h}}
 	if cfg.opts != nil {
-		srv.Options = *cfg.opts
+		srv.Upgrader.Options = *cfg.opts
 	}
 	go srv.Serve(sndbufListener{ln, cfg.sndbuf})
 	t.Cleanup(func() { srv.Close() })

@@ -90,9 +90,9 @@ func TestPythonStreamsToGust(t *testing.T) {
 			mark(t, row, tc.column)
 			h := &hashingHandler{got: make(chan string, 1), closed: make(chan error, 1)}
 			s := &gust.Server{}
-			s.Handler = h
-			s.Options = gust.Options{StreamThreshold: 1 << 20, MaxMessageSize: -1}
-			s.Options.Compression.Enabled = tc.compress
+			s.Upgrader.Handler = h
+			s.Upgrader.Options = gust.Options{StreamThreshold: 1 << 20, MaxMessageSize: -1}
+			s.Upgrader.Options.Compression.Enabled = tc.compress
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				t.Fatal(err)

@@ -64,7 +64,7 @@ func (e *echo) waitEnd(t *testing.T) error {
 func serve(t *testing.T, h gust.Event, opts gust.Options, set func(*gust.Server)) (*gust.Server, string) {
 	t.Helper()
 	s := &gust.Server{}
-	s.Handler, s.Options = h, opts
+	s.Upgrader.Handler, s.Upgrader.Options = h, opts
 	if set != nil {
 		set(s)
 	}
@@ -112,7 +112,7 @@ func TestCountersHandshakesAndLiveConnections(t *testing.T) {
 	srv, cli := new(Counters), new(Counters)
 	h := newEcho()
 	_, url := serve(t, h, gust.Options{Metrics: srv}, func(s *gust.Server) {
-		s.CheckOrigin = func(r *http.Request) bool { return r.Header.Get("Origin") == "" }
+		s.Upgrader.CheckOrigin = func(r *http.Request) bool { return r.Header.Get("Origin") == "" }
 	})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -78,9 +78,9 @@ func (h *gustServer) OnMessage(c *gust.Conn, m *gust.Message) {
 func gustReceive(c config, dst io.Writer, started func()) (int64, error) {
 	h := &gustServer{dst: dst, started: started, done: make(chan error, 1)}
 	s := &gust.Server{}
-	s.Handler = h
-	s.Options = gust.Options{StreamThreshold: 64 << 10, MaxMessageSize: -1}
-	s.Options.Compression.Enabled = c.compress
+	s.Upgrader.Handler = h
+	s.Upgrader.Options = gust.Options{StreamThreshold: 64 << 10, MaxMessageSize: -1}
+	s.Upgrader.Options.Compression.Enabled = c.compress
 	ln, err := listen(c.addr)
 	if err != nil {
 		return 0, err
