@@ -35,9 +35,11 @@
 //
 // A [Server] accepts WebSocket connections on any net.Listener with its own
 // accept loop and HTTP/1.1 handshake parser, without net/http: every request
-// on it is a handshake, whatever its path. It embeds an Upgrader for the
-// handler, the Options and the handshake settings, and adds MaxHeaderBytes
-// and TLSConfig. Its zero value is usable too. [Server.Shutdown] sends a close
+// on it that asks for a WebSocket is a handshake, whatever its path, and
+// HTTPHandler, if set, serves the others. Its Upgrader field holds the
+// handler, the Options and the handshake settings (as net/http's Server
+// holds a Handler), and it adds MaxHeaderBytes and TLSConfig. Its zero
+// value is usable too. [Server.Shutdown] sends a close
 // frame with 1001 (going away) to every connection and waits for them, up to
 // its context; [Server.Close] cuts them at once. Serve then returns
 // [ErrServerClosed].

@@ -52,7 +52,7 @@ func blockWrites(t *testing.T, write func() error) <-chan error {
 	return failed
 }
 
-// On the Server's path the test shuts down through the embedded Upgrader,
+// On the Server's path the test shuts down through its Upgrader field,
 // whose tracker holds the Server's connections: Server.Shutdown adds only
 // the closing of its listeners (TestServerShutdownCoversItsUpgrade), and
 // runServer checks that Serve returns ErrServerClosed once it is closed.

@@ -10,7 +10,7 @@ import (
 const goingAwayReason = "server shutting down"
 
 // tracker keeps the connections an Upgrader made, so that Shutdown and
-// Close can reach them; a Server uses its embedded Upgrader's tracker for
+// Close can reach them; a Server uses its Upgrader field's tracker for
 // its own connections too. A connection costs a slot in a slice (8 bytes)
 // and its index in the Conn, an append when it is made and a swap with the
 // last when it ends, and no goroutine.
