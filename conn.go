@@ -96,7 +96,7 @@ func (c *Conn) takeRead() {
 // progress in it (no bytes, no message, no frame); c is about to park.
 func (c *Conn) putRead() {
 	rd := c.rd
-	if rd == nil || rd.buf != nil || rd.msg != nil || rd.slab != nil || rd.op != 0 || rd.inFrame || rd.corked || rd.closed || rd.streaming {
+	if rd == nil || rd.buf != nil || rd.msg != nil || rd.slab != nil || rd.op != 0 || rd.inFrame || rd.uncorkDue || rd.closed || rd.streaming {
 		return
 	}
 	*rd = readState{}

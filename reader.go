@@ -55,7 +55,7 @@ type readState struct {
 	op         Opcode // 0 when no message is in progress
 	compressed bool   // the message in progress has RSV1 set
 	utf8       utf8.Validator
-	corked     bool
+	uncorkDue  bool   // cork was called: uncork flushes before the next blocking read
 	closed     bool   // the peer's close frame has been read
 	inFrame    bool   // hdr is read; its payload is not yet all read
 	begun      bool   // readData has taken hdr into the message

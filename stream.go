@@ -495,7 +495,7 @@ func (mw *messageWriter) sendFrame(final bool) error {
 	}
 	op := mw.op
 	if !final {
-		op |= more
+		op |= notFinal
 	}
 	p := (*mw.buf)[maxHeaderSize : maxHeaderSize+mw.n]
 	var key [4]byte
@@ -506,7 +506,7 @@ func (mw *messageWriter) sendFrame(final bool) error {
 	hn := putHeader(w.hdr[:], op, len(p), !c.server, key)
 	start := maxHeaderSize - hn
 	copy((*mw.buf)[start:], w.hdr[:hn])
-	if err := c.writeFramedLocked((*mw.buf)[start : maxHeaderSize+mw.n]); err != nil {
+	if err := c.writeEncodedLocked((*mw.buf)[start : maxHeaderSize+mw.n]); err != nil {
 		mw.err = err
 		return err
 	}

@@ -40,7 +40,7 @@ type writeState struct {
 	userChanged  atomic.Bool  // SetWriteDeadline was called since the last move
 
 	hdr       [maxHeaderSize]byte
-	corked    bool // the read goroutine is dispatching: append, flush later
+	corked    bool // writes append to buf, flushed later: the read goroutine dispatches, or an outbox batch is written
 	noWait    bool // an event loop is dispatching: no write may wait (netWrite)
 	early     bool // flush once at earlyFlushSize: the read drained the socket (drainedBatch)
 	closeSent bool
@@ -121,9 +121,9 @@ func (c *Conn) WritePrepared(pm *PreparedMessage) error {
 	return c.writePreparedLocked(pm)
 }
 
-// writeFramedLocked writes a complete frame: appended to the cork buffer while
+// writeEncodedLocked writes a complete frame: appended to the cork buffer while
 // corked, else written at once.
-func (c *Conn) writeFramedLocked(frame []byte) error {
+func (c *Conn) writeEncodedLocked(frame []byte) error {
 	w := &c.wr
 	limit := c.cfg.WriteBufferSize
 	if w.buf != nil && len(*w.buf)+len(frame) > limit {
@@ -190,7 +190,7 @@ func (c *Conn) writePreparedLocked(pm *PreparedMessage) error {
 	}
 	d := c.deflate
 	if d == nil || len(pm.payload) < d.threshold {
-		err := c.writeFramedLocked(pm.plain)
+		err := c.writeEncodedLocked(pm.plain)
 		if err == nil {
 			c.sent(pm.op, len(pm.payload), len(pm.payload))
 		}
@@ -207,7 +207,7 @@ func (c *Conn) writePreparedLocked(pm *PreparedMessage) error {
 		d.putWriter(d.fw)
 		d.fw = nil
 	}
-	err = c.writeFramedLocked(f)
+	err = c.writeEncodedLocked(f)
 	if err == nil {
 		c.sent(pm.op, len(pm.payload), framePayloadLen(f))
 	}
@@ -390,11 +390,11 @@ func (c *Conn) writableLocked() error {
 }
 
 // rsv1 is or-ed into an opcode to set RSV1 (a compressed message) in the
-// frame header; more, to clear FIN (a fragment that is not the message's
-// last).
+// frame header; notFinal, to clear FIN (a fragment that is not the
+// message's last).
 const (
-	rsv1 Opcode = 0x40
-	more Opcode = 0x80
+	rsv1     Opcode = 0x40
+	notFinal Opcode = 0x80
 )
 
 // The private write functions come in three layers, each called with the
@@ -403,7 +403,7 @@ const (
 //   - messages: writeMessageLocked (a data message, compressed when it
 //     should be) and writePreparedLocked (a prepared message's frame);
 //   - frames: writeFrameLocked (encodes one frame of a payload) and
-//     writeFramedLocked (a frame encoded already), each corked while the
+//     writeEncodedLocked (a frame encoded already), each corked while the
 //     read goroutine dispatches or an outbox batch is written, else sent;
 //   - the socket: flushLocked (the cork buffer), writeLarge (a frame larger
 //     than the write buffer, a piece at a time) and netWrite under them,
@@ -675,7 +675,7 @@ func (c *Conn) cork(early bool) error {
 	}
 	c.wr.noWait = loop
 	c.wr.mu.Unlock()
-	c.rd.corked = true
+	c.rd.uncorkDue = true
 	return nil
 }
 
@@ -684,7 +684,7 @@ func (c *Conn) cork(early bool) error {
 // the backlog, and the connection goes to a goroutine that writes it
 // (errHandoff).
 func (c *Conn) uncork() error {
-	if !c.rd.corked {
+	if !c.rd.uncorkDue {
 		return nil
 	}
 	if !c.rd.loop {
@@ -692,7 +692,7 @@ func (c *Conn) uncork() error {
 	} else if !c.wr.mu.TryLock() {
 		return errHandoff // stays corked: the goroutine flushes
 	}
-	c.rd.corked = false
+	c.rd.uncorkDue = false
 	c.wr.corked, c.wr.early = false, false
 	err := c.flushLocked()
 	c.wr.noWait = false
@@ -743,10 +743,10 @@ func (c *Conn) releaseIdleCompressor() {
 	d.timerArmed = false
 }
 
-// putHeader encodes a frame header into b, final unless op carries more,
+// putHeader encodes a frame header into b, final unless op carries notFinal,
 // and returns its length.
 func putHeader(b []byte, op Opcode, n int, masked bool, key [4]byte) int {
-	b[0] = byte(op) ^ 0x80 // FIN, unless op carries more; op may carry rsv1
+	b[0] = byte(op) ^ 0x80 // FIN, unless op carries notFinal; op may carry rsv1
 	var hn int
 	switch {
 	case n <= 125:
