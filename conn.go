@@ -96,7 +96,7 @@ func (c *Conn) takeRead() {
 // progress in it (no bytes, no message, no frame); c is about to park.
 func (c *Conn) putRead() {
 	rd := c.rd
-	if rd == nil || rd.buf != nil || rd.msg != nil || rd.slab != nil || rd.op != 0 || rd.inFrame || rd.uncorkDue || rd.closed || rd.streaming {
+	if rd == nil || rd.buf != nil || rd.msg != nil || rd.slab != nil || rd.op != 0 || rd.inFrame || rd.uncorkDue || rd.closed || rd.userReads {
 		return
 	}
 	*rd = readState{}
@@ -355,8 +355,8 @@ func (c *Conn) finish(err error) {
 	c.pings.end()
 	c.wr.mu.Lock()
 	c.wr.closed = true
-	if c.wr.streamEnd != nil {
-		c.wr.streamEnd.Broadcast() // writes waiting for a NextWriter fail now
+	if c.wr.writerEnd != nil {
+		c.wr.writerEnd.Broadcast() // writes waiting for a NextWriter fail now
 	}
 	sent := c.sentCode
 	c.releaseWriteBuffer()

@@ -304,7 +304,7 @@ func (c *Conn) tryPingNow() bool {
 // writer may be waiting for that message to end, with data queued before
 // the ping.
 func (c *Conn) queuePing() {
-	if c.wr.streaming.Load() {
+	if c.wr.writerOpen.Load() {
 		c.wr.pingDue.Store(true)
 	}
 	o := c.wr.box()

@@ -261,7 +261,7 @@ func (c *Conn) writeNowLocked(it outboxItem) {
 	o.mu.Unlock()
 	w := &c.wr
 	locked := w.mu.TryLock()
-	if locked && w.streaming.Load() && it.op != opPing {
+	if locked && w.writerOpen.Load() && it.op != opPing {
 		w.mu.Unlock() // a NextWriter is open: the writer waits for it to close
 		locked = false
 	}

@@ -62,7 +62,7 @@ type readState struct {
 	stream     bool   // readData chose to stream the message (StreamThreshold)
 	loop       bool   // parsing on an event loop: never wait (errPark, errHandoff)
 	drained    bool   // on the loop, the last read took all there was (tryRead)
-	streaming  bool   // a streamed message's handler reads: reads wait, never park
+	userReads  bool   // a streamed message's handler reads: reads wait, never park
 	armed      bool   // a deadline or a wake-up bounds the wait for the message in progress
 	pos        uint8  // the masking key's position in the frame's payload, 0-3
 	empty      uint16 // empty non-final frames of the message in progress (maxEmptyFrames)
@@ -259,7 +259,7 @@ func messageTimeout(t time.Duration) error {
 // on any goroutine, except for a streamed message, whose handler reads
 // from its callback.
 func (c *Conn) mayPark() bool {
-	return c.rd.loop || (c.np != nil && !c.rd.streaming)
+	return c.rd.loop || (c.np != nil && !c.rd.userReads)
 }
 
 // fill reads more bytes into the read buffer, making room at its end first.

@@ -50,8 +50,8 @@ const streamReaderSize = 32 << 10
 // compressed stream's window stays in step.
 func (c *Conn) streamMessage(fin bool, length int64, key [4]byte) error {
 	rd := c.rd
-	rd.streaming = true // its reads wait, in netpoll mode too
-	defer func() { rd.streaming = false }()
+	rd.userReads = true // its reads wait, in netpoll mode too
+	defer func() { rd.userReads = false }()
 	sm := &streamedMessage{Message: Message{Opcode: rd.op, streamed: true},
 		st: msgStream{c: c, remaining: length, fin: fin, key: key, wire: int64(rd.n) + length}}
 	m, s := &sm.Message, &sm.st
@@ -296,11 +296,11 @@ func (s *msgStream) nextFrame() error {
 // wait.
 func (c *Conn) waitStreamLocked() {
 	w := &c.wr
-	for w.streaming.Load() && !w.closed {
-		if w.streamEnd == nil {
-			w.streamEnd = sync.NewCond(&w.mu)
+	for w.writerOpen.Load() && !w.closed {
+		if w.writerEnd == nil {
+			w.writerEnd = sync.NewCond(&w.mu)
 		}
-		w.streamEnd.Wait()
+		w.writerEnd.Wait()
 	}
 }
 
@@ -337,7 +337,7 @@ func (c *Conn) NextWriter(op Opcode) (io.WriteCloser, error) {
 		w.mu.Unlock()
 		return nil, err
 	}
-	w.streaming.Store(true)
+	w.writerOpen.Store(true)
 	w.mu.Unlock()
 	frag := max(c.cfg.WriteBufferSize-maxHeaderSize, minReadBufferSize)
 	return &messageWriter{c: c, msgOp: op, op: op, frag: frag, buf: bufpool.Get(maxHeaderSize + frag)}, nil
@@ -574,10 +574,10 @@ func (mw *messageWriter) release() {
 		}
 		mw.fw = nil
 	}
-	w.streaming.Store(false)
+	w.writerOpen.Store(false)
 	w.pingDue.Store(false) // the outbox sends a ping still due
-	if w.streamEnd != nil {
-		w.streamEnd.Broadcast()
+	if w.writerEnd != nil {
+		w.writerEnd.Broadcast()
 	}
 	w.mu.Unlock()
 }

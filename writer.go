@@ -22,13 +22,13 @@ const (
 
 // writeState is the write side of a Conn, guarded by mu.
 type writeState struct {
-	mu        sync.Mutex
-	buf       *[]byte     // corked bytes; nil when nothing is corked
-	backlog   *[]byte     // what the socket did not take while no write could wait
-	streamEnd *sync.Cond  // signalled when the NextWriter closes, or the connection ends; made by the first wait
-	err       error       // sticky: a failed write leaves the stream unusable
-	streaming atomic.Bool // a NextWriter is open: other data messages wait; set under mu
-	pingDue   atomic.Bool // a heartbeat ping for the open NextWriter to send between fragments
+	mu         sync.Mutex
+	buf        *[]byte     // corked bytes; nil when nothing is corked
+	backlog    *[]byte     // what the socket did not take while no write could wait
+	writerEnd  *sync.Cond  // signalled when the NextWriter closes, or the connection ends; made by the first wait
+	err        error       // sticky: a failed write leaves the stream unusable
+	writerOpen atomic.Bool // a NextWriter is open: other data messages wait; set under mu
+	pingDue    atomic.Bool // a heartbeat ping for the open NextWriter to send between fragments
 
 	out        atomic.Pointer[outbox] // made by the first message queued (box); its own lock: queueing never waits for the socket
 	maskSource *maskSource            // a client's, made by its first frame
