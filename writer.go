@@ -9,7 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/gustws/gust/internal/bufpool"
 	"github.com/gustws/gust/internal/mask"
@@ -228,85 +227,6 @@ func (c *Conn) WritePong(p []byte) error {
 		return errControlTooLong
 	}
 	return c.writeControl(opPong, p)
-}
-
-// Close starts the closing handshake: it sends a close frame with code and
-// reason, after which no more messages can be written, and returns; the
-// connection ends when the peer answers with its close frame (OnClose then
-// receives a *CloseError), or after Options.CloseTimeout. Either side may
-// send any code valid on the wire: 1000–1003, 1007–1014 (1001 going away
-// for a server shutting down, 1008 for a policy violation, 1011 for an
-// internal error) and 3000–4999 for libraries and applications; other
-// codes return ErrInvalidCloseCode. The reason must be valid UTF-8 of at
-// most 123 bytes. A Close after the first returns net.ErrClosed.
-//
-// The close frame waits for a write in progress, like any other write;
-// CloseNow does not.
-func (c *Conn) Close(code StatusCode, reason string) error {
-	if !code.validOnWire() {
-		return ErrInvalidCloseCode
-	}
-	if len(reason) > maxControlPayload-2 {
-		return errControlTooLong
-	}
-	if !utf8.ValidString(reason) {
-		return errInvalidUTF8
-	}
-	return c.startClose(code, reason)
-}
-
-// CloseNow closes the connection at once, without a closing handshake:
-// the peer sees the TCP connection end (1006 abnormal closure on its side),
-// a write blocked on the peer fails, and OnClose receives an error for
-// which errors.Is(err, net.ErrClosed) holds. It returns net.ErrClosed when
-// the connection had ended already.
-func (c *Conn) CloseNow() error {
-	if c.netDone.Load() {
-		return c.endedErr()
-	}
-	c.abort(errClosedNow)
-	return nil
-}
-
-// startClose sends a close frame and bounds the wait for the answer.
-func (c *Conn) startClose(code StatusCode, reason string) error {
-	if err := c.writeCloseFrame(code, reason); err != nil {
-		return err
-	}
-	c.setReadDeadline(time.Now().Add(c.cfg.CloseTimeout))
-	return nil
-}
-
-// writeCloseFrame sends a close frame once; later calls return net.ErrClosed.
-func (c *Conn) writeCloseFrame(code StatusCode, reason string) error {
-	var p [maxControlPayload]byte
-	n := 0
-	if code != 0 && code != StatusNoStatusReceived {
-		binary.BigEndian.PutUint16(p[:], uint16(code))
-		n = 2 + copy(p[2:], reason)
-	}
-	c.wr.mu.Lock()
-	defer c.wr.mu.Unlock()
-	if c.conn == nil {
-		// A zero Conn, or one whose handshake is still in progress: no
-		// close frame counts as sent, so that the latter opens intact.
-		return c.closedErr()
-	}
-	if c.wr.closeSent {
-		return errClosed
-	}
-	c.wr.closing = true
-	err := c.writeFrameLocked(opClose, p[:n])
-	c.wr.closing = false
-	c.wr.closeSent = true
-	c.closing.Store(true)
-	if err == nil {
-		err = c.flushLocked()
-	}
-	if err == nil {
-		c.sentCode = code // for Metrics.Closed
-	}
-	return err
 }
 
 // writeBatch writes a batch from the outbox under one write lock and

@@ -1,0 +1,239 @@
+package gust
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"time"
+	"unicode/utf8"
+)
+
+// The closing handshake: Close and CloseNow, the close frame, failing a
+// connection and lingering for the peer, and finishing it.
+
+// Close starts the closing handshake: it sends a close frame with code and
+// reason, after which no more messages can be written, and returns; the
+// connection ends when the peer answers with its close frame (OnClose then
+// receives a *CloseError), or after Options.CloseTimeout. Either side may
+// send any code valid on the wire: 1000–1003, 1007–1014 (1001 going away
+// for a server shutting down, 1008 for a policy violation, 1011 for an
+// internal error) and 3000–4999 for libraries and applications; other
+// codes return ErrInvalidCloseCode. The reason must be valid UTF-8 of at
+// most 123 bytes. A Close after the first returns net.ErrClosed.
+//
+// The close frame waits for a write in progress, like any other write;
+// CloseNow does not.
+func (c *Conn) Close(code StatusCode, reason string) error {
+	if !code.validOnWire() {
+		return ErrInvalidCloseCode
+	}
+	if len(reason) > maxControlPayload-2 {
+		return errControlTooLong
+	}
+	if !utf8.ValidString(reason) {
+		return errInvalidUTF8
+	}
+	return c.startClose(code, reason)
+}
+
+// CloseNow closes the connection at once, without a closing handshake:
+// the peer sees the TCP connection end (1006 abnormal closure on its side),
+// a write blocked on the peer fails, and OnClose receives an error for
+// which errors.Is(err, net.ErrClosed) holds. It returns net.ErrClosed when
+// the connection had ended already.
+func (c *Conn) CloseNow() error {
+	if c.netDone.Load() {
+		return c.endedErr()
+	}
+	c.abort(errClosedNow)
+	return nil
+}
+
+// startClose sends a close frame and bounds the wait for the answer.
+func (c *Conn) startClose(code StatusCode, reason string) error {
+	if err := c.writeCloseFrame(code, reason); err != nil {
+		return err
+	}
+	c.setReadDeadline(time.Now().Add(c.cfg.CloseTimeout))
+	return nil
+}
+
+// writeCloseFrame sends a close frame once; later calls return net.ErrClosed.
+func (c *Conn) writeCloseFrame(code StatusCode, reason string) error {
+	var p [maxControlPayload]byte
+	n := 0
+	if code != 0 && code != StatusNoStatusReceived {
+		binary.BigEndian.PutUint16(p[:], uint16(code))
+		n = 2 + copy(p[2:], reason)
+	}
+	c.wr.mu.Lock()
+	defer c.wr.mu.Unlock()
+	if c.conn == nil {
+		// A zero Conn, or one whose handshake is still in progress: no
+		// close frame counts as sent, so that the latter opens intact.
+		return c.closedErr()
+	}
+	if c.wr.closeSent {
+		return errClosed
+	}
+	c.wr.closing = true
+	err := c.writeFrameLocked(opClose, p[:n])
+	c.wr.closing = false
+	c.wr.closeSent = true
+	c.closing.Store(true)
+	if err == nil {
+		err = c.flushLocked()
+	}
+	if err == nil {
+		c.sentCode = code // for Metrics.Closed
+	}
+	return err
+}
+
+// end ends the connection for err. A protocol violation or a panic is
+// answered with its close frame first, and, like a protocol error, the
+// peer's answer, unread, must not reset the connection before the close
+// frame is read (failAndLinger).
+func (c *Conn) end(err error) {
+	// An end found on an event loop leaves its dispatch's writes unable to
+	// wait; the close frame below, and what the backlog holds before it,
+	// may wait now (end runs on a goroutine of its own then).
+	c.wr.mu.Lock()
+	c.wr.noWait = false
+	c.wr.mu.Unlock()
+	var pe *ProtocolError
+	var pa *PanicError
+	switch {
+	case errors.As(err, &pe):
+		c.failAndLinger(pe.Code, pe.Reason)
+	case errors.As(err, &pa):
+		c.failAndLinger(StatusInternalError, "")
+	}
+	c.finish(err)
+}
+
+// failLinger bounds how long a connection gust failed stays open after its
+// close frame, waiting for the peer to stop sending; failQuiet is how long
+// the peer may stay silent before gust takes it that it has.
+const (
+	failLinger = time.Second
+	failQuiet  = 100 * time.Millisecond
+)
+
+// failAndLinger sends a close frame with code, half-closes the TCP
+// connection and reads (and discards) what the peer still sends, so that
+// closing the socket with unread bytes does not reset the connection and
+// destroy the close frame before the peer reads it. The peer has seen the
+// failure once it stops sending: the wait ends when it closes its side,
+// when it has been silent for failQuiet, or after failLinger (at most
+// CloseTimeout), so that a peer sending bad frames holds a descriptor for a
+// fraction of a second, not for CloseTimeout.
+func (c *Conn) failAndLinger(code StatusCode, reason string) {
+	if c.writeCloseFrame(code, reason) != nil {
+		return
+	}
+	if _, ok := c.conn.(interface{ delivered() }); ok {
+		return // the transport delivers what was sent before it ends: no reset to fear
+	}
+	if cw, ok := c.conn.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	}
+	end := time.Now().Add(min(failLinger, c.cfg.CloseTimeout))
+	var scratch [512]byte
+	for {
+		now := time.Now()
+		if !now.Before(end) {
+			return
+		}
+		dl := now.Add(failQuiet)
+		if dl.After(end) {
+			dl = end
+		}
+		c.conn.SetReadDeadline(dl)
+		if _, err := c.conn.Read(scratch[:]); err != nil {
+			return
+		}
+	}
+}
+
+// finish ends the connection: it closes the net.Conn, gives every buffer
+// back, waits for parallel handlers and the outbox writer, and calls OnClose.
+func (c *Conn) finish(err error) {
+	c.stopHeartbeat()
+	c.unpark()
+	c.closeNet()
+	c.pings.end()
+	c.wr.mu.Lock()
+	c.wr.closed = true
+	if c.wr.writerEnd != nil {
+		c.wr.writerEnd.Broadcast() // writes waiting for a NextWriter fail now
+	}
+	sent := c.sentCode
+	c.releaseWriteBuffer()
+	c.releaseBacklog()
+	if c.deflate != nil {
+		c.deflate.release()
+	}
+	c.wr.mu.Unlock()
+	if c.rd != nil {
+		c.rd.releaseAll()
+	}
+	c.closeOutbox()
+	c.inflight.Wait()
+	if rec := c.recorded(); rec != nil {
+		// The recorded reason wins over an I/O error, and the peer's close
+		// frame over the reason, except for a slow consumer: its peer only
+		// answered the 1008 gust sent.
+		var ce *CloseError
+		if !errors.As(err, &ce) || errors.Is(rec, ErrSlowConsumer) {
+			err = rec
+		}
+	}
+	if c.tracker != nil {
+		defer c.tracker.forget(c) // after OnClose: Shutdown waits for it
+	}
+	c.reportClose(err, sent)
+	c.callOnClose(err)
+}
+
+func (c *Conn) callOnClose(err error) {
+	if !c.cfg.DisableRecovery {
+		defer func() {
+			if p := recover(); p != nil {
+				c.cfg.logger().LogAttrs(context.Background(), slog.LevelError, "gust: panic in OnClose",
+					c.remoteAttr(), slog.String("panic", fmt.Sprint(p)), slog.String("stack", string(debug.Stack())))
+			}
+		}()
+	}
+	c.handler.OnClose(c, err)
+}
+
+// abort records err as the reason the connection ends, unless one is
+// recorded already, and closes the net.Conn so that the read loop stops.
+func (c *Conn) abort(err error) {
+	c.record(err)
+	c.closeNet()
+	c.wake() // a parked connection has no goroutine to see the socket closed
+}
+
+// record keeps err as the reason the connection ends, unless one is kept
+// already.
+func (c *Conn) record(err error) { c.err.CompareAndSwap(nil, &err) }
+
+// recorded returns the reason record kept, or nil.
+func (c *Conn) recorded() error {
+	if p := c.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (c *Conn) closeNet() {
+	if c.netDone.CompareAndSwap(false, true) && c.conn != nil {
+		c.unpark() // a Conn closed before its ReadLoop ran holds no event loop
+		c.conn.Close()
+	}
+}
