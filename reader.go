@@ -307,15 +307,6 @@ func protocolError(code StatusCode, reason string) error {
 	return &ProtocolError{Code: code, Reason: reason}
 }
 
-// frameHeader is a frame's header, checked.
-type frameHeader struct {
-	op         Opcode
-	fin        bool
-	compressed bool // RSV1: the first frame of a compressed message
-	key        [4]byte
-	length     int64
-}
-
 // readFrames reads frames until an error or the peer's close frame, which
 // it answers. It returns a *CloseError for the peer's close, a
 // *ProtocolError for a violation (the caller sends the close frame), or the
@@ -358,78 +349,26 @@ func yielded(err error) bool { return err == errPark || err == errHandoff }
 // its key array keeps it out of registers).
 func (c *Conn) readHeader(h *frameHeader) error {
 	rd := c.rd
-	*h = frameHeader{}
-	if err := c.ensure(2); err != nil {
-		if yielded(err) {
+	for {
+		var b []byte
+		if rd.buf != nil {
+			b = (*rd.buf)[rd.r:rd.w]
+		}
+		n, err := parseFrameHeader(b, h, c.server, c.deflate != nil)
+		if err != nil {
 			return err
 		}
-		if rd.w > rd.r || rd.op != 0 {
-			return noEOF(err) // the peer left in the middle of a frame or message
+		if n > 0 {
+			rd.r += n
+			return nil
 		}
-		return err
-	}
-	b := (*rd.buf)[rd.r:rd.w]
-	h.fin = b[0]&0x80 != 0
-	h.op = Opcode(b[0] & 0x0f)
-	masked := b[1]&0x80 != 0
-	length := int64(b[1] & 0x7f)
-
-	if rsv := b[0] & 0x70; rsv != 0 {
-		// RSV1 marks the first frame of a compressed message (RFC 7692 §6).
-		if rsv != 0x40 || c.deflate == nil || (h.op != OpText && h.op != OpBinary) {
-			return protocolError(StatusProtocolError, "reserved bits set")
+		if err := c.ensure(len(b) + 1); err != nil {
+			if !yielded(err) && (rd.w > rd.r || rd.op != 0) {
+				return noEOF(err) // the peer left in the middle of a frame or message
+			}
+			return err
 		}
-		h.compressed = true
 	}
-	if masked != c.server {
-		if c.server {
-			return protocolError(StatusProtocolError, "client frame not masked")
-		}
-		return protocolError(StatusProtocolError, "server frame masked")
-	}
-	switch h.op {
-	case opContinuation, OpText, OpBinary:
-	case opClose, opPing, opPong:
-		if !h.fin {
-			return protocolError(StatusProtocolError, "fragmented control frame")
-		}
-		if length > maxControlPayload {
-			return protocolError(StatusProtocolError, "control frame payload over 125 bytes")
-		}
-	default:
-		return protocolError(StatusProtocolError, "reserved opcode")
-	}
-
-	hn := 2
-	switch length {
-	case 126:
-		hn += 2
-	case 127:
-		hn += 8
-	}
-	if masked {
-		hn += 4
-	}
-	if err := c.ensure(hn); err != nil {
-		return noEOF(err)
-	}
-	b = (*rd.buf)[rd.r:rd.w]
-	switch length {
-	case 126:
-		length = int64(binary.BigEndian.Uint16(b[2:]))
-	case 127:
-		u := binary.BigEndian.Uint64(b[2:])
-		if u>>63 != 0 {
-			return protocolError(StatusProtocolError, "payload length with the most significant bit set")
-		}
-		length = int64(u)
-	}
-	if masked {
-		copy(h.key[:], b[hn-4:hn])
-	}
-	h.length = length
-	rd.r += hn
-	return nil
 }
 
 // readControl reads a control frame's payload and handles the frame.
@@ -497,32 +436,10 @@ func (c *Conn) unmask(dst, src []byte, key [4]byte, pos int) int {
 // to OnMessage as a stream instead (streamMessage).
 func (c *Conn) readData(h *frameHeader) error {
 	rd := c.rd
-	limit := c.maxMessageSize()
-	threshold := c.cfg.StreamThreshold
 	if !rd.begun {
-		if h.op == opContinuation {
-			if rd.op == 0 {
-				return protocolError(StatusProtocolError, "continuation frame without a message")
-			}
-		} else {
-			if rd.op != 0 {
-				return protocolError(StatusProtocolError, "new message inside a fragmented message")
-			}
-			rd.op = h.op
-			rd.n = 0
-			rd.empty = 0
-			rd.compressed = h.compressed
-			rd.utf8.Reset()
-		}
-		if err := rd.countEmpty(h); err != nil {
+		if err := c.beginData(h); err != nil {
 			return err
 		}
-		if h.length > limit-int64(rd.n) { // not rd.n+length: that can wrap
-			return protocolError(StatusMessageTooBig, "message over the size limit")
-		}
-		rd.stream = threshold > 0 && h.length > int64(threshold-rd.n)
-		rd.end = rd.n + int(h.length)
-		rd.begun = true
 	}
 	if rd.stream {
 		if rd.loop {
@@ -530,9 +447,53 @@ func (c *Conn) readData(h *frameHeader) error {
 		}
 		return c.streamMessage(h.fin, h.length, h.key)
 	}
+	if err := c.readPayload(h); err != nil {
+		return err
+	}
+	if !h.fin {
+		return nil
+	}
+	return c.endMessage(h.key)
+}
+
+// beginData takes the data frame h into the message: it starts one, or
+// continues the one in progress, and checks the limits.
+func (c *Conn) beginData(h *frameHeader) error {
+	rd := c.rd
+	if h.op == opContinuation {
+		if rd.op == 0 {
+			return protocolError(StatusProtocolError, "continuation frame without a message")
+		}
+	} else {
+		if rd.op != 0 {
+			return protocolError(StatusProtocolError, "new message inside a fragmented message")
+		}
+		rd.op = h.op
+		rd.n = 0
+		rd.empty = 0
+		rd.compressed = h.compressed
+		rd.utf8.Reset()
+	}
+	if err := rd.countEmpty(h); err != nil {
+		return err
+	}
+	if h.length > c.maxMessageSize()-int64(rd.n) { // not rd.n+length: that can wrap
+		return protocolError(StatusMessageTooBig, "message over the size limit")
+	}
+	threshold := c.cfg.StreamThreshold
+	rd.stream = threshold > 0 && h.length > int64(threshold-rd.n)
+	rd.end = rd.n + int(h.length)
+	rd.begun = true
+	return nil
+}
+
+// readPayload reads the payload of the frame h into the message, as far
+// as the bytes go: what is buffered, then what reads bring. It keeps its
+// place in rd (n, pos) when a read yields.
+func (c *Conn) readPayload(h *frameHeader) error {
+	rd := c.rd
 	fin, end, key := h.fin, rd.end, h.key
 	checkText := rd.op == OpText && !c.cfg.SkipUTF8Validation && !rd.compressed
-
 	pos := int(rd.pos)
 	for rd.n < end {
 		avail := rd.w - rd.r
@@ -546,7 +507,7 @@ func (c *Conn) readData(h *frameHeader) error {
 				}
 				continue
 			}
-			rd.growMessage(fin, end, limit, threshold)
+			rd.growMessage(fin, end, c.maxMessageSize(), c.cfg.StreamThreshold)
 		}
 		dst := (*rd.msg)[rd.n:min(end, len(*rd.msg))]
 		if avail > 0 {
@@ -586,9 +547,14 @@ func (c *Conn) readData(h *frameHeader) error {
 		}
 	}
 	rd.pos = uint8(pos)
-	if !fin {
-		return nil
-	}
+	return nil
+}
+
+// endMessage completes the message whose last frame has been read (key
+// was its masking key): it inflates a compressed one, checks its text and
+// dispatches it.
+func (c *Conn) endMessage(key [4]byte) error {
+	rd := c.rd
 	if rd.loop && c.parallel != nil && len(c.parallel) == cap(c.parallel) {
 		return errHandoff // dispatch would wait for a parallel handler to end
 	}
@@ -601,7 +567,8 @@ func (c *Conn) readData(h *frameHeader) error {
 			return errHandoff // its inflating and its handler may take long
 		}
 		if err := c.inflateMessage(); err != nil {
-			if threshold > 0 && isTooBig(err) && int64(threshold) < limit {
+			threshold := c.cfg.StreamThreshold
+			if threshold > 0 && isTooBig(err) && int64(threshold) < c.maxMessageSize() {
 				// Small on the wire, past the threshold once inflated:
 				// stream it from the compressed bytes it has.
 				rd.utf8.Reset()
@@ -609,12 +576,12 @@ func (c *Conn) readData(h *frameHeader) error {
 			}
 			return err
 		}
-		checkText = rd.op == OpText && !c.cfg.SkipUTF8Validation
 		if rd.loop {
 			rd.addWork(rd.n)
 		}
 	}
-	if checkText && !rd.utf8.Complete() {
+	// Uncompressed text was checked as it came; compressed, as it inflated.
+	if rd.op == OpText && !c.cfg.SkipUTF8Validation && !rd.utf8.Complete() {
 		return protocolError(StatusInvalidFramePayloadData, "text not valid UTF-8")
 	}
 	if mt := c.cfg.Metrics; mt != nil {

@@ -2,7 +2,6 @@ package gust
 
 import (
 	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -308,14 +307,6 @@ func (c *Conn) writableLocked() error {
 	}
 	return nil
 }
-
-// rsv1 is or-ed into an opcode to set RSV1 (a compressed message) in the
-// frame header; notFinal, to clear FIN (a fragment that is not the
-// message's last).
-const (
-	rsv1     Opcode = 0x40
-	notFinal Opcode = 0x80
-)
 
 // The private write functions come in three layers, each called with the
 // write lock held:
@@ -661,32 +652,6 @@ func (c *Conn) releaseIdleCompressor() {
 	d.putWriter(d.fw)
 	d.fw = nil
 	d.timerArmed = false
-}
-
-// putHeader encodes a frame header into b, final unless op carries notFinal,
-// and returns its length.
-func putHeader(b []byte, op Opcode, n int, masked bool, key [4]byte) int {
-	b[0] = byte(op) ^ 0x80 // FIN, unless op carries notFinal; op may carry rsv1
-	var hn int
-	switch {
-	case n <= 125:
-		b[1] = byte(n)
-		hn = 2
-	case n <= 0xffff:
-		b[1] = 126
-		binary.BigEndian.PutUint16(b[2:], uint16(n))
-		hn = 4
-	default:
-		b[1] = 127
-		binary.BigEndian.PutUint64(b[2:], uint64(n))
-		hn = 10
-	}
-	if masked {
-		b[1] |= 0x80
-		copy(b[hn:], key[:])
-		hn += 4
-	}
-	return hn
 }
 
 // maskSource makes client masking keys from crypto/rand, 16 keys per call,
