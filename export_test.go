@@ -21,7 +21,7 @@ func runningWheels() int32 {
 	}
 	var n int32
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "gust.(*wheel).run(") {
+		if strings.Contains(g, "wheel.(*Wheel[...]).run(") {
 			n++
 		}
 	}

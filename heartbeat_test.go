@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 )
@@ -233,16 +234,23 @@ func TestHeartbeatBusyReaderIsNotSilent(t *testing.T) {
 	require.Equal(t, StatusNormalClosure, CloseStatus(srv.waitClose(t)))
 }
 
+// TestHeartbeatSize: a connection's heartbeat state, its place in the
+// wheel included, stays in 48 bytes.
+func TestHeartbeatSize(t *testing.T) {
+	t.Parallel()
+	require.LessOrEqual(t, unsafe.Sizeof(heartbeat{}), uintptr(48))
+}
+
 func TestHeartbeatDefaults(t *testing.T) {
 	t.Parallel()
 	cfg := newConfig(Options{PingInterval: time.Second}, true)
 	require.Equal(t, time.Second, cfg.PingTimeout)
-	require.Equal(t, 250*time.Millisecond, cfg.wheel.tick)
+	require.Equal(t, 250*time.Millisecond, cfg.wheel.Tick())
 	require.Equal(t, uint64(4), cfg.pingTicks)
 	require.Equal(t, uint64(4), cfg.pingTimeoutTicks)
 
 	cfg = newConfig(Options{PingInterval: time.Minute, PingTimeout: 10 * time.Second}, true)
-	require.Equal(t, 2500*time.Millisecond, cfg.wheel.tick)
+	require.Equal(t, 2500*time.Millisecond, cfg.wheel.Tick())
 	require.Equal(t, uint64(24), cfg.pingTicks)
 	require.Equal(t, uint64(4), cfg.pingTimeoutTicks)
 

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
+
+	"github.com/gustws/gust/internal/wheel"
 )
 
 // Options configures a connection, whichever side made it: an [Upgrader]
@@ -236,9 +238,9 @@ type config struct {
 	deflate deflateConfig // Compression, from this side
 
 	// heartbeats, when PingInterval is set
-	wheel            *wheel // nil when off
-	pingTicks        uint64 // PingInterval in the wheel's ticks
-	pingTimeoutTicks uint64 // PingTimeout in the wheel's ticks
+	wheel            *hbWheel // nil when off
+	pingTicks        uint64   // PingInterval in the wheel's ticks
+	pingTimeoutTicks uint64   // PingTimeout in the wheel's ticks
 
 	// the handshake
 	Subprotocols     []string // offered (client) or supported (server), in order of preference
@@ -287,9 +289,9 @@ func newConfig(o Options, server bool) *config {
 		if c.PingTimeout <= 0 {
 			c.PingTimeout = c.PingInterval
 		}
-		c.wheel = wheelFor(wheelTick(c.PingInterval, c.PingTimeout))
-		c.pingTicks = ticks(c.PingInterval, c.wheel.tick)
-		c.pingTimeoutTicks = ticks(c.PingTimeout, c.wheel.tick)
+		c.wheel = wheel.For[heartbeat](wheelTick(c.PingInterval, c.PingTimeout))
+		c.pingTicks = c.wheel.Ticks(c.PingInterval)
+		c.pingTimeoutTicks = c.wheel.Ticks(c.PingTimeout)
 	} else {
 		c.PingInterval, c.PingTimeout = 0, 0
 	}
