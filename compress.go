@@ -401,7 +401,7 @@ func (d *deflateState) getWriter(w io.Writer) *flate.Writer {
 	if d.writeBits < maxWindowBits {
 		fw, _ = flate.NewWriterWindow(w, 1<<d.writeBits) // 256 B to 16 KiB: always valid
 	} else {
-		fw, _ = flate.NewWriter(w, d.level) // level checked by withDefaults
+		fw, _ = flate.NewWriter(w, d.level) // level checked by CompressionOptions.rfc
 	}
 	return fw
 }

@@ -54,26 +54,45 @@
 //
 // [Upgrader.OnRequest] is called for every handshake request that passed the
 // protocol's checks and CheckOrigin, on both paths and over HTTP/2 too,
-// before anything is answered and before OnOpen. It receives:
+// before anything is answered and before OnOpen, in the handshake's
+// goroutine (the handler's, on an Upgrader; on a Server its time counts
+// against HandshakeTimeout). It receives:
 //
 //   - the *http.Request: net/http's on an Upgrader, one built from the
 //     parsed head on a Server, with the method, URL (path and query),
-//     header fields (r.Cookie works), Host, RemoteAddr and, over TLS, the
-//     TLS state. gust does not keep it once OnRequest returns.
-//   - the header of the response, to add fields to (Set-Cookie, say); a
-//     Sec-WebSocket-Protocol set there chooses this request's subprotocol
-//     among those the client offered.
+//     Proto, RequestURI, header fields (r.Cookie works), Host, RemoteAddr,
+//     over TLS the TLS state, no body, and a context that carries
+//     http.LocalAddrContextKey and ends with the handshake. gust does not
+//     keep it once OnRequest returns: store what the connection needs with
+//     [Conn.Set].
+//   - the header of the response, to add fields to (Set-Cookie, say),
+//     after those set on the ResponseWriter and ResponseHeader's. A
+//     Sec-WebSocket-Protocol set there chooses this request's subprotocol;
+//     one the client did not offer gets 500, logged. The fields the
+//     handshake sets itself (Upgrade, Connection, Sec-WebSocket-Accept and
+//     -Extensions, Content-Length, Transfer-Encoding, and
+//     Sec-WebSocket-Protocol anywhere but there) are skipped.
 //   - the connection-to-be: what [Conn.Set] stores there (a user ID from a
-//     cookie or a token) is there for OnOpen and every later callback. Its
-//     writes fail with net.ErrClosed until OnOpen.
+//     cookie or a token) is there for OnOpen and every later callback. It
+//     has no network connection until the answer is written: its writes,
+//     Ping, Close and CloseNow fail with net.ErrClosed, RemoteAddr and
+//     NetConn are nil (use r.RemoteAddr), and Subprotocol, Compressed and
+//     the deadline setters are settled from OnOpen on. Keep registrations
+//     (a room) for OnOpen: an accepted handshake may still fail before it,
+//     and then neither OnOpen nor OnClose is called.
 //
 // Returning nil accepts. Returning a [*HandshakeError] refuses with its
-// Status, Header and Body (a 401 with WWW-Authenticate, a redirect, a 429
-// with Retry-After); any other error refuses with 403 and no body, so that
-// its text stays on the server. Either way no Conn is made and OnOpen is
-// not called. A response field whose value holds CR or LF, or whose name is
-// not a token, is not written: the handshake is answered with 500 and the
-// mistake logged. See ExampleUpgrader_onRequest.
+// Status (403 when 0; one that is not 3xx, 4xx or 5xx becomes 500), Header
+// (Content-Length, Transfer-Encoding and Connection excepted) and Body: a
+// 401 with WWW-Authenticate, a redirect, a 429 with Retry-After. Any other
+// error refuses with 403 and no body, so that its text stays on the server.
+// Either way no Conn is made, OnOpen is not called, and Upgrade returns a
+// *HandshakeError with the status sent and the error in Err. A panic in
+// OnRequest is logged and answered with 500 (unless
+// Options.DisableRecovery is set). A response field whose value holds CR,
+// LF or another control character but tab, or whose name is not a token,
+// is not written: the handshake is answered with 500 and the mistake
+// logged. See ExampleUpgrader_onRequest.
 //
 // On an Upgrader, fields set on the ResponseWriter before Upgrade go into
 // the handshake response too, as they would into any other.

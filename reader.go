@@ -58,8 +58,8 @@ type readState struct {
 	uncorkDue  bool   // cork was called: uncork flushes before the next blocking read
 	closed     bool   // the peer's close frame has been read
 	inFrame    bool   // hdr is read; its payload is not yet all read
-	begun      bool   // readData has taken hdr into the message
-	stream     bool   // readData chose to stream the message (StreamThreshold)
+	begun      bool   // beginData has taken hdr into the message
+	stream     bool   // beginData chose to stream the message (StreamThreshold)
 	loop       bool   // parsing on an event loop: never wait (errPark, errHandoff)
 	drained    bool   // on the loop, the last read took all there was (tryRead)
 	userReads  bool   // a streamed message's handler reads: reads wait, never park

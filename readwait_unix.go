@@ -17,7 +17,7 @@ import (
 // only once bytes have arrived. Connections that are not a syscall.Conn,
 // such as TLS, keep a buffer while they wait.
 
-// Directions a call on a socket may wait in (netpoll mode's sockDo).
+// Directions a call on a socket may wait in (netpoll mode's sock.do).
 const (
 	dirRead = iota
 	dirWrite
@@ -145,9 +145,8 @@ func (c *Conn) idleReadSize() int { return max(c.cfg.ReadBufferSize, minReadBuff
 // read came short of its buffer: it took all there was then, and the
 // descriptor is edge-triggered, so bytes that came since have queued a
 // readable event, which resumes the connection once it parks (this saves
-// the read that would find nothing, one system call in three for small
-// request/response messages). Not once the loop has seen the peer's end
-// (peerEnded): a FIN that came with the last bytes, in their event, queues
+// the read that would find nothing). Not once the loop has seen the peer's
+// end (peerEnded): a FIN that came with the last bytes, in their event, queues
 // none, and only a read finds it. A connection that has done
 // loopWorkBudget of work in this turn is handed to a goroutine (errHandoff),
 // so that a peer that keeps sending cannot hold up the loop.

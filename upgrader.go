@@ -47,61 +47,15 @@ type Upgrader struct {
 
 	// OnRequest, if set, is called for every handshake request that passed
 	// the protocol's checks and CheckOrigin, before any answer is written
-	// and before OnOpen: there the application sees the request, refuses
-	// it, or attaches data to the connection. Default nil: every request
-	// that passed the checks is accepted.
-	//
-	// r is the request. On an Upgrader it is the one net/http gave the
-	// handler; on a Server it is built from the parsed head, with Method,
-	// URL (path and query), Proto, Header (so r.Cookie works), Host,
-	// RequestURI, RemoteAddr, TLS (over TLS), and a context that carries
-	// http.LocalAddrContextKey and ends when the handshake does or its
-	// HandshakeTimeout runs out. It has no body. gust keeps neither r nor
-	// anything of it once OnRequest returns: store what the connection
-	// needs with c.Set (even r itself, if that is what it needs).
-	//
-	// h holds header fields to add to the response (101 Switching
-	// Protocols, or 200 over HTTP/2), after those set on the
-	// ResponseWriter before Upgrade and ResponseHeader's: Set-Cookie, for
-	// example. A Sec-WebSocket-Protocol field set in h chooses the
-	// subprotocol for this request, instead of Subprotocols; its value
-	// must be one of those the client offered, else the handshake is
-	// answered with 500 and the mistake logged to Options.Logger. The
-	// fields the handshake sets itself (Upgrade, Connection,
-	// Sec-WebSocket-Accept and -Extensions, Content-Length,
-	// Transfer-Encoding, and Sec-WebSocket-Protocol anywhere but in h)
-	// are skipped. A field whose name is not a token or
-	// whose value holds CR, LF or another control character but tab (in
-	// h, ResponseHeader or on the ResponseWriter) would corrupt the
-	// response: the handshake is then answered with 500, and the mistake
-	// logged, instead.
-	//
-	// c is the connection-to-be, the one OnOpen will receive: what
-	// c.Set stores is there for OnOpen and every later callback. It has no
-	// network connection until the answer is written: until then its
-	// writes, Ping, Close and CloseNow return net.ErrClosed (from any
-	// goroutine, as always; a write from elsewhere that comes later goes
-	// out after the answer), and RemoteAddr and NetConn are nil (use
-	// r.RemoteAddr). Subprotocol, Compressed, the addresses and the
-	// deadline setters are settled when the answer has been written: call
-	// them from OnOpen on. Keep registrations that need the connection (a
-	// room, a list of sessions) for OnOpen, since a handshake OnRequest
-	// accepted may still fail before it (no OnOpen and no OnClose then).
-	//
-	// A nil error accepts the request. An error refuses it, and no Conn is
-	// made: when a *HandshakeError is in its chain (errors.As), with that
-	// error's Status (403 when 0; it must be 3xx, 4xx or 5xx, else 500),
-	// Header fields (Content-Length, Transfer-Encoding and Connection
-	// excepted) and Body, written within HandshakeTimeout; any other error
-	// with 403 Forbidden and no body, so that the error's text does not
-	// reach the client. Upgrade then returns a *HandshakeError with the
-	// status that was sent and the error in Err. A panic in OnRequest,
-	// unless Options.DisableRecovery is set, is logged and answered with
-	// 500.
-	//
-	// OnRequest runs in the goroutine of the handshake (the handler's, on
-	// an Upgrader), and on a Server the time it takes counts against
-	// HandshakeTimeout.
+	// and before OnOpen, in the handshake's goroutine (on a Server, within
+	// HandshakeTimeout). It may read r (gust keeps none of it afterwards),
+	// add response fields to h (a Sec-WebSocket-Protocol there chooses the
+	// subprotocol) and store data on c with c.Set for OnOpen and later
+	// callbacks; c has no network connection yet. A nil error accepts; an
+	// error refuses and no Conn is made: with the Status, Header and Body of
+	// a [*HandshakeError] in its chain, else with 403 and no body. Default
+	// nil: every request that passed the checks is accepted. The package
+	// doc's "The handshake" has the details; see ExampleUpgrader_onRequest.
 	OnRequest func(r *http.Request, h http.Header, c *Conn) error
 
 	// HandshakeTimeout bounds the time the 101 response, or a refusal

@@ -150,12 +150,10 @@ func (c *Conn) writeEncodedLocked(frame []byte) error {
 // read that brought it drained the socket and was large (earlyFlushBatch).
 // The peer then sent all it could and waits for answers: a first part sent
 // early lets it work while the rest of the batch is dispatched, instead of
-// each side idling while the other handles a whole batch (one connection
-// pipelining 300-byte messages, 256 in flight: both cores busy, 1.5x the
-// messages a second). A read that filled the buffer means more bytes are
-// waiting, so the server is the one behind, and a small batch is answered
-// soon anyway: those go out in one write. The cost is one write per
-// earlyFlushBatch bytes read at most.
+// each side idling while the other handles a whole batch. A read that
+// filled the buffer means more bytes are waiting, so the server is the one
+// behind, and a small batch is answered soon anyway: those go out in one
+// write. The cost is one write per earlyFlushBatch bytes read at most.
 const (
 	earlyFlushSize  = 16 << 10
 	earlyFlushBatch = 40 << 10
@@ -382,10 +380,9 @@ func (c *Conn) appendFrame(hn int, p []byte, key [4]byte) {
 // writeLarge writes a frame too big for the write buffer. The header and
 // the first piece of the payload leave together from a pooled buffer of
 // that size. On the server side the rest is written straight from p, in
-// one write: for 1 MiB echoes (benchmark scenario d) that is 1.6× the
-// throughput of copying it through the buffer a piece at a time, with 0.57×
-// the CPU per message. The client side must mask, so it copies each piece
-// into the buffer, masking as it goes.
+// one write, rather than copied through the buffer a piece at a time: no
+// copy and fewer system calls. The client side must mask, so it copies
+// each piece into the buffer, masking as it goes.
 func (c *Conn) writeLarge(hn int, p []byte, key [4]byte, limit int) error {
 	buf := bufpool.Get(limit)
 	defer bufpool.Put(buf)
