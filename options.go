@@ -118,25 +118,16 @@ type Options struct {
 	// timers' granularity (a quarter of the shorter of the two). Time spent
 	// in a callback, while the read goroutine does not read, never counts
 	// as silence; nor does the time after a close frame was sent, which
-	// CloseTimeout bounds.
-	// Default 0: off, and nothing runs. Cost: the timers are shared by all
-	// connections (timing wheels, one goroutine per distinct setting while
-	// connections use it), not a goroutine or a timer per connection;
-	// memory: 48 bytes per connection; each read stores a counter twice
-	// (atomically, no lock). The timers' goroutine writes the ping to an
-	// idle connection itself (one system call, no allocation) when the
-	// socket takes it at once; a connection that is writing, corked or
-	// full gets it through its outbox, whose short-lived writer goroutine
-	// sends it, so a slow peer never holds up the others' pings.
-	//
-	// The cut sends no close frame, as CloseNow: a peer that answers no
-	// ping would not answer a close handshake either, and a close frame
-	// would only make gust wait CloseTimeout for it (and WriteTimeout, if
-	// the peer does not read either). The peer sees the TCP connection end
-	// (1006 on its side), and OnClose receives an error that says "no frame
-	// from the peer for ..." and for which errors.Is(err,
-	// os.ErrDeadlineExceeded) holds. The pong to gust's ping reaches OnPong
-	// like any other.
+	// CloseTimeout bounds. The cut sends no close frame, as CloseNow: a peer
+	// that answers no ping would not answer a close handshake either. The
+	// peer sees the TCP connection end (1006), and OnClose receives an error
+	// that says "no frame from the peer for ..." and for which
+	// errors.Is(err, os.ErrDeadlineExceeded) holds. The pong to gust's ping
+	// reaches OnPong like any other. Default 0: off, and nothing runs.
+	// Cost: timers shared by all connections (one goroutine per distinct
+	// setting while connections use it), no goroutine or timer per
+	// connection; 48 bytes per connection; each read stores a counter twice
+	// (atomically, no lock). A slow peer never holds up the others' pings.
 	PingInterval time.Duration
 
 	// PingTimeout is how long a connection sent a heartbeat ping may stay
@@ -170,47 +161,21 @@ type Options struct {
 	// Netpoll turns on netpoll mode (Linux; elsewhere it is ignored): a
 	// connection with nothing to read holds no goroutine and no buffer,
 	// only its Conn and its socket (about 0.4 KiB), parked on one of
-	// gust's event loops (one per GOMAXPROCS, each with its own epoll
-	// instance). When bytes arrive, the loop reads them into a pooled
-	// buffer, parses them and calls the callbacks itself, then parks the
-	// connection again. A frame
-	// that arrives in pieces is parsed as far as its bytes go and resumed
-	// at the next arrival, holding no more than the frame needs meanwhile.
-	// ReadLoop returns as soon as the connection is first idle, so a
-	// net/http handler returns while its WebSocket lives on (r.Context()
-	// is cancelled, middleware sees a 0 ms request): what must follow the
-	// connection goes in OnClose, still called once. See [Conn.ReadLoop].
-	//
-	// The callbacks then run on a loop shared with other connections, so
-	// they must not block: a callback that waits (on a lock, a database)
-	// holds up every connection of its loop until it returns (Ping, which
-	// would wait for a pong the loop reads, fails there at once).
-	// Hand slow work to a goroutine of your own, or set Parallel. gust's
-	// own waits never hold a loop: writes the socket does not take at once
-	// wait in the connection's backlog (at most what is written while one
-	// read's bytes are dispatched), and what would wait — that backlog, a
-	// message streamed to its handler (StreamThreshold), a close, Parallel
-	// handlers all busy, a peer that keeps sending, a message that takes
-	// long to inflate — is handed to a
-	// goroutine started for the connection, which parks it again once
-	// idle. The socket becomes gust's own once the handshake is done: its
-	// descriptor is duplicated and the *net.TCPConn or *net.UnixConn
-	// closed, so that only gust's loop waits on it, and NetConn returns a
-	// net.Conn of gust's (a syscall.Conn too, for socket options).
-	// Connections of other types (TLS, HTTP/2 streams, wrappers) stay in
-	// goroutine mode, and so, for its whole life, does one whose
-	// descriptor cannot be duplicated (at the process's descriptor limit):
-	// its net.Conn is used by every goroutine that writes or sets a
-	// deadline, and cannot be swapped under them once descriptors free up.
-	// Either fallback is counted (the optional Netpoll method of Metrics)
-	// and logged at level Warn, at most once a second with the count since
-	// the last record, and so is a connection whose serving holds its loop
-	// for more than 100 ms (a callback that blocks). [Conn.Netpoll] tells
-	// whether a loop serves a connection.
-	// Default false: goroutine mode, where each connection's ReadLoop
-	// keeps its goroutine for the connection's life. Choose netpoll mode
-	// for many mostly idle connections (push, chat); README's "Netpoll
-	// mode" has the figures for both.
+	// gust's event loops (one per GOMAXPROCS), which reads, parses and
+	// calls the callbacks when bytes arrive. Two things change for the
+	// application. ReadLoop returns as soon as the connection is first
+	// idle, so the net/http handler returns while the WebSocket lives on:
+	// what must follow the connection goes in OnClose (see
+	// [Conn.ReadLoop]). The callbacks run on a loop shared with other
+	// connections, so they must not block (hand slow work to a goroutine
+	// of your own, or set Parallel; Ping fails there at once); gust's own
+	// waits go to a goroutine started for the connection. TLS, HTTP/2
+	// streams, wrapped conns and a connection whose descriptor cannot be
+	// duplicated stay in goroutine mode (counted by Metrics, logged at
+	// Warn); [Conn.Netpoll] tells which mode serves a connection.
+	// Default false: goroutine mode, one goroutine per connection. Choose
+	// netpoll mode for many mostly idle connections; README's "Netpoll
+	// mode" has the details and the figures for both.
 	Netpoll bool
 
 	// Compression configures permessage-deflate (RFC 7692). Default: off.
