@@ -160,24 +160,11 @@ func cutConn(c *Conn) {
 // frame too; if it is cut, its OnClose runs in Shutdown's goroutine.
 //
 // net/http's Server.Shutdown does not cover hijacked connections, and so
-// none of these: call both. On SIGTERM, first the http.Server's, which
-// stops accepting and ends idle HTTP connections, then the Upgrader's:
-//
-//	<-sigterm
-//	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-//	defer cancel()
-//	srv.Shutdown(ctx)      // the *http.Server
-//	upgrader.Shutdown(ctx) // its WebSockets
-//
-// Code that only holds the http.Server can register the Upgrader's with
-// [http.Server.RegisterOnShutdown], which gives the hook no context: bound
-// it with one of its own.
-//
-//	srv.RegisterOnShutdown(func() {
-//		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-//		defer cancel()
-//		upgrader.Shutdown(ctx)
-//	})
+// none of these: call both on SIGTERM, the http.Server's first (it stops
+// accepting), then the Upgrader's, with one ctx (see the example). Code
+// that only holds the http.Server can register the Upgrader's with
+// [http.Server.RegisterOnShutdown], bounding it with a context of its own
+// since the hook gets none; README's "Use" shows both.
 func (u *Upgrader) Shutdown(ctx context.Context) error {
 	return u.track.shutdown(ctx)
 }
