@@ -29,8 +29,12 @@ func parseFrameHeader(b []byte, h *frameHeader, server, deflate bool) (int, erro
 	*h = frameHeader{fin: b[0]&0x80 != 0, op: Opcode(b[0] & 0x0f)}
 	masked := b[1]&0x80 != 0
 	length := int64(b[1] & 0x7f)
-	if err := checkFrameHeader(h, b[0]&0x70, masked, length, server, deflate); err != nil {
-		return 0, err
+	if rsv := b[0] & 0x70; rsv != 0 || masked != server || h.op > OpBinary {
+		// Not the common case, an uncompressed data frame masked as it
+		// should be: check it all.
+		if err := checkFrameHeader(h, rsv, masked, length, server, deflate); err != nil {
+			return 0, err
+		}
 	}
 	hn := 2
 	switch length {
