@@ -551,8 +551,11 @@ func TestEmptyFragmentsUnderTheBound(t *testing.T) {
 func TestReadDeadlineAfterAMessageInPieces(t *testing.T) {
 	forEachTCPMode(t, func(t *testing.T, m serverMode) {
 		h := newRecorder()
-		start := time.Now()
-		h.open = func(c *Conn) { c.SetReadDeadline(start.Add(800 * time.Millisecond)) }
+		var start time.Time // when the connection opened: the test goroutine reads it after waitOpen
+		h.open = func(c *Conn) {
+			start = time.Now()
+			c.SetReadDeadline(start.Add(800 * time.Millisecond))
+		}
 		addr := m.start(t, h, &Options{MessageTimeout: 200 * time.Millisecond})
 		c := dialRaw(t, addr, nil)
 		h.waitOpen(t)
