@@ -453,6 +453,7 @@ func TestHeaderOrFragmentCommitsNoMessageBuffer(t *testing.T) {
 func TestMessageTimeoutEndsAMessageThatNeverFinishes(t *testing.T) {
 	const bound = 300 * time.Millisecond
 	forEachTCPMode(t, func(t *testing.T, m serverMode) {
+		t.Parallel() // waits on timers: the modes wait side by side
 		h := newRecorder()
 		h.open = func(c *Conn) { c.SetReadDeadline(time.Now().Add(time.Hour)) }
 		addr := m.start(t, h, &Options{MessageTimeout: bound})
@@ -503,6 +504,7 @@ func TestMessageTimeoutEndsAMessageThatNeverFinishes(t *testing.T) {
 // middle of a message when it comes before MessageTimeout.
 func TestReadDeadlineBeforeMessageTimeout(t *testing.T) {
 	forEachTCPMode(t, func(t *testing.T, m serverMode) {
+		t.Parallel() // waits on timers: the modes wait side by side
 		h := newRecorder()
 		h.open = func(c *Conn) { c.SetReadDeadline(time.Now().Add(300 * time.Millisecond)) }
 		addr := m.start(t, h, &Options{MessageTimeout: time.Minute})
@@ -566,6 +568,7 @@ func TestEmptyFragmentsUnderTheBound(t *testing.T) {
 // own deadline is what ends it, and at its time.
 func TestReadDeadlineAfterAMessageInPieces(t *testing.T) {
 	forEachTCPMode(t, func(t *testing.T, m serverMode) {
+		t.Parallel() // waits on timers: the modes wait side by side
 		h := newRecorder()
 		var start time.Time // when the connection opened: the test goroutine reads it after waitOpen
 		h.open = func(c *Conn) {
