@@ -157,7 +157,6 @@ func (c *Conn) wakeAt(t time.Time) {
 		if w.timer != nil {
 			w.timer.Stop()
 		}
-
 	case w.timer == nil:
 		w.timer = time.AfterFunc(time.Until(t), c.wake)
 	default:

@@ -136,7 +136,7 @@ func (c *Conn) read(p []byte) (int, error) {
 	if err := c.uncork(); err != nil {
 		return 0, err
 	}
-	if err := c.boundMessage(true); err != nil {
+	if err := c.boundMessage(); err != nil {
 		return 0, err
 	}
 	if c.mayPark() {
@@ -191,13 +191,12 @@ func (c *Conn) messageLeft() (left time.Duration, ok bool) {
 
 // boundMessage is called before a read, which may wait: in the middle of
 // a frame or a message it fails the connection once the message has taken
-// Options.MessageTimeout, and otherwise, with arm set, bounds the wait to
-// come. In goroutine mode the socket's read deadline does; a connection
+// Options.MessageTimeout, and otherwise bounds the wait to come. In goroutine mode the socket's read deadline does; a connection
 // parked in netpoll mode is woken instead (park). The bound is left in
 // place when the message ends, so that messages which keep coming do not
 // set it at each read: one that fires for an earlier message is set again
 // (overdue).
-func (c *Conn) boundMessage(arm bool) error {
+func (c *Conn) boundMessage() error {
 	left, ok := c.messageLeft()
 	switch {
 	case !ok:
@@ -206,7 +205,7 @@ func (c *Conn) boundMessage(arm bool) error {
 		return messageTimeout(c.cfg.MessageTimeout)
 	}
 	rd := c.rd
-	if arm && c.np == nil && !rd.armed {
+	if c.np == nil && !rd.armed {
 		dl := time.Now().Add(left)
 		if u := rd.readDL.Load(); u != 0 && u < dl.UnixNano() {
 			dl = time.Unix(0, u)
@@ -240,12 +239,8 @@ func (c *Conn) overdue(err error) error {
 		dl = time.Unix(0, u)
 	}
 	c.conn.SetReadDeadline(dl)
-	return c.boundMessage(true)
+	return c.boundMessage()
 }
-
-// messageDone ends the message that was in progress: the frames read since
-// make up whole messages.
-func (rd *readState) messageDone() { rd.since = 0 }
 
 // messageTimeout is the error of a message not complete after t
 // (Options.MessageTimeout).
@@ -335,7 +330,7 @@ func (c *Conn) readFrames() error {
 		}
 		rd.inFrame = false
 		if rd.op == 0 {
-			rd.messageDone()
+			rd.since = 0 // whole messages: the next one's bound starts afresh
 		}
 	}
 }

@@ -123,7 +123,7 @@ func (c *Conn) fillIdle() (bool, error) {
 	if err := c.uncork(); err != nil {
 		return true, err
 	}
-	if err := c.boundMessage(true); err != nil {
+	if err := c.boundMessage(); err != nil {
 		return true, err
 	}
 	for {
