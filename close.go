@@ -7,12 +7,71 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 )
 
-// The closing handshake: Close and CloseNow, the close frame, failing a
-// connection and lingering for the peer, and finishing it.
+// The closing handshake: the close state, Close and CloseNow, the close
+// frame, failing a connection and lingering for the peer, and finishing it.
+
+// closeState is how far a connection has got in ending: the steps below,
+// each taken once and never undone (but for a pending Conn's opening), and
+// the code of the close frame gust sent, in one word changed atomically.
+// Any goroutine may read it; the steps the write path checks (closeWriting,
+// closeSent, closeEnded) are taken under the write lock, so that a write
+// holding it sees none taken meanwhile.
+type closeState struct{ v atomic.Uint32 }
+
+const (
+	closeWriting  uint32 = 1 << iota // writeCloseFrame is writing: the one write allowed once the connection is ending
+	closeSent                        // gust's close frame was written (or failed to be): writes fail, incoming messages are dropped
+	closeReceived                    // the peer's close frame was read
+	netClosed                        // the net.Conn is closed, or a pending Conn has none yet
+	closeEnded                       // finish ran: the buffers are back, writes waiting for a NextWriter fail
+
+	sentCodeShift = 16 // the code of gust's close frame, once written, sits above the steps
+)
+
+// has reports whether any of the steps is taken.
+func (s *closeState) has(steps uint32) bool { return s.v.Load()&steps != 0 }
+
+// take takes step and reports whether this call took it.
+func (s *closeState) take(step uint32) bool { return s.v.Or(step)&step == 0 }
+
+// pending marks a Conn whose handshake is in progress as closed, so that
+// what refuses on a closed Conn refuses on it too; opened undoes it.
+func (s *closeState) pending() { s.v.Or(netClosed) }
+func (s *closeState) opened()  { s.v.And(^netClosed) }
+
+// startSending begins the write of gust's close frame and reports whether
+// it may: only the first close frame is written. The caller holds the
+// write lock.
+func (s *closeState) startSending() bool {
+	if s.has(closeSent) {
+		return false
+	}
+	s.v.Or(closeWriting)
+	return true
+}
+
+// sent ends the write startSending began: gust's close frame is on its
+// way, or its write failed; either way no other frame follows it.
+func (s *closeState) sent() {
+	s.v.Or(closeSent)
+	s.v.And(^closeWriting)
+}
+
+// flushed records code as the close frame that reached the socket, for
+// Metrics.Closed.
+func (s *closeState) flushed(code StatusCode) { s.v.Or(uint32(code) << sentCodeShift) }
+
+// sentCode returns the code of the close frame gust wrote, or 0.
+func (s *closeState) sentCode() StatusCode { return StatusCode(s.v.Load() >> sentCodeShift) }
+
+// received records the peer's close frame and reports whether the peer
+// started the closing handshake: gust had not sent its own close frame.
+func (s *closeState) received() (byPeer bool) { return s.v.Or(closeReceived)&closeSent == 0 }
 
 // Close starts the closing handshake: it sends a close frame with code and
 // reason, after which no more messages can be written, and returns; the
@@ -45,7 +104,7 @@ func (c *Conn) Close(code StatusCode, reason string) error {
 // which errors.Is(err, net.ErrClosed) holds. It returns net.ErrClosed when
 // the connection had ended already.
 func (c *Conn) CloseNow() error {
-	if c.netDone.Load() {
+	if c.closing.has(netClosed) {
 		return c.endedErr()
 	}
 	c.abort(errClosedNow)
@@ -76,19 +135,16 @@ func (c *Conn) writeCloseFrame(code StatusCode, reason string) error {
 		// close frame counts as sent, so that the latter opens intact.
 		return c.closedErr()
 	}
-	if c.wr.closeSent {
+	if !c.closing.startSending() {
 		return errClosed
 	}
-	c.wr.closing = true
 	err := c.writeFrameLocked(opClose, p[:n])
-	c.wr.closing = false
-	c.wr.closeSent = true
-	c.closing.Store(true)
+	c.closing.sent()
 	if err == nil {
 		err = c.flushLocked()
 	}
 	if err == nil {
-		c.sentCode = code // for Metrics.Closed
+		c.closing.flushed(code)
 	}
 	return err
 }
@@ -167,11 +223,11 @@ func (c *Conn) finish(err error) {
 	c.closeNet()
 	c.pings.end()
 	c.wr.mu.Lock()
-	c.wr.closed = true
+	c.closing.take(closeEnded)
 	if c.wr.writerEnd != nil {
 		c.wr.writerEnd.Broadcast() // writes waiting for a NextWriter fail now
 	}
-	sent := c.sentCode
+	sent := c.closing.sentCode()
 	c.releaseWriteBuffer()
 	c.releaseBacklog()
 	if c.deflate != nil {
@@ -232,7 +288,7 @@ func (c *Conn) recorded() error {
 }
 
 func (c *Conn) closeNet() {
-	if c.netDone.CompareAndSwap(false, true) && c.conn != nil {
+	if c.closing.take(netClosed) && c.conn != nil {
 		c.unpark() // a Conn closed before its ReadLoop ran holds no event loop
 		c.conn.Close()
 	}

@@ -149,3 +149,39 @@ func TestProtocolErrorAfterOurClose(t *testing.T) {
 	_, err = c.br.ReadByte()
 	require.ErrorIs(t, err, io.EOF, "no second close frame")
 }
+
+// TestCloseState walks the close state through its steps: each is taken
+// once, the sent code sits beside them, and a pending Conn's opening is the
+// one step undone.
+func TestCloseState(t *testing.T) {
+	t.Parallel()
+	var s closeState
+	s.pending()
+	require.True(t, s.has(netClosed))
+	s.opened()
+	require.False(t, s.has(netClosed|closeSent|closeReceived|closeEnded|closeWriting))
+
+	require.True(t, s.startSending())
+	require.True(t, s.has(closeWriting))
+	require.False(t, s.has(closeSent))
+	s.sent()
+	require.False(t, s.has(closeWriting))
+	require.True(t, s.has(closeSent))
+	require.False(t, s.startSending(), "one close frame")
+	s.flushed(StatusGoingAway)
+	require.Equal(t, StatusGoingAway, s.sentCode())
+	require.False(t, s.received(), "gust closed first")
+
+	require.True(t, s.take(netClosed))
+	require.False(t, s.take(netClosed))
+	require.True(t, s.take(closeEnded))
+	require.Equal(t, StatusGoingAway, s.sentCode(), "the steps leave the code alone")
+
+	var peer closeState
+	require.True(t, peer.received(), "the peer closed first")
+	require.True(t, peer.has(closeReceived))
+	require.Zero(t, peer.sentCode())
+	require.True(t, peer.startSending())
+	peer.sent()
+	require.Zero(t, peer.sentCode(), "a close frame whose flush failed has no code")
+}

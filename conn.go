@@ -34,7 +34,6 @@ type Conn struct {
 	cfg         *config
 	handler     Event
 	server      bool
-	sentCode    StatusCode // the code of the close frame gust sent, once sent; guarded by wr.mu
 	subprotocol string
 	values      atomic.Pointer[values] // Set's, made by the first
 	deflate     *deflateState          // nil unless permessage-deflate was negotiated
@@ -45,8 +44,7 @@ type Conn struct {
 	np   *netpollState // netpoll mode (Options.Netpoll); nil in goroutine mode
 
 	started atomic.Bool
-	closing atomic.Bool           // a close frame has been sent: incoming messages are dropped
-	netDone atomic.Bool           // the net.Conn has been closed
+	closing closeState            // how far it has got in ending (close.go)
 	trackAt int32                 // its index in tracker.conns, under the tracker's lock
 	err     atomic.Pointer[error] // the first error that ended the connection outside the read loop
 
@@ -92,11 +90,11 @@ func (c *Conn) takeRead() {
 	}
 }
 
-// putRead gives c's read state back to the pool when nothing is in
-// progress in it (no bytes, no message, no frame); c is about to park.
+// putRead gives c's read state back to the pool when it is idle; c is
+// about to park.
 func (c *Conn) putRead() {
 	rd := c.rd
-	if rd == nil || rd.buf != nil || rd.msg != nil || rd.slab != nil || rd.op != 0 || rd.inFrame || rd.uncorkDue || rd.closed || rd.userReads {
+	if rd == nil || !rd.idle() {
 		return
 	}
 	*rd = readState{}
@@ -112,7 +110,7 @@ func (c *Conn) putRead() {
 // it its connection.
 func newPendingConn(cfg *config, h Event) *Conn {
 	c := allocConn(cfg, h, true)
-	c.netDone.Store(true) // WriteAsync and CloseNow refuse, as on a Conn that ended
+	c.closing.pending() // WriteAsync and CloseNow refuse, as on a Conn that ended
 	return c
 }
 
@@ -126,7 +124,7 @@ func (c *Conn) open(nc net.Conn, buffered []byte, hs handshakeResult) {
 		c.deflate = newDeflateState(*hs.deflate, &c.cfg.deflate, true)
 	}
 	c.wr.mu.Unlock()
-	c.netDone.Store(false)
+	c.closing.opened()
 }
 
 // attach gives c its network connection and the bytes that came after the
@@ -169,7 +167,7 @@ func (c *Conn) ReadLoop() {
 	// in progress) returns before it counts as started, so that the
 	// latter still runs once it opens.
 	if c.conn == nil || !c.started.CompareAndSwap(false, true) {
-		if c.cfg != nil && (c.conn == nil || !c.netDone.Load()) {
+		if c.cfg != nil && (c.conn == nil || !c.closing.has(netClosed)) {
 			c.readLoopMisused()
 		}
 		return

@@ -106,7 +106,7 @@ func (hb *heartbeat) Check(t uint64) (due uint64, fire bool) {
 	interval, timeout := c.cfg.pingTicks, c.cfg.pingTimeoutTicks
 	seen := hb.seen.Load()
 	switch {
-	case seen == hbBusy || c.closing.Load() || c.netDone.Load():
+	case seen == hbBusy || c.closing.has(closeSent|netClosed):
 		// Alive, or ending another way (CloseTimeout bounds the closing
 		// handshake): look again later; finish takes c out.
 		hb.pinged = 0

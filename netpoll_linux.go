@@ -79,7 +79,7 @@ func (c *Conn) park() bool {
 	// CloseNow or a cut (epoll drops it without an event), a read deadline
 	// whose timer fired.
 	d := np.dl[dirRead].Load() // the read deadline
-	missed := np.ready.Swap(false) || c.netDone.Load() || (d != 0 && time.Now().UnixNano() >= d)
+	missed := np.ready.Swap(false) || c.closing.has(netClosed) || (d != 0 && time.Now().UnixNano() >= d)
 	if missed && np.state.CompareAndSwap(npParked, npRunning) {
 		c.takeRead()
 		return true

@@ -198,10 +198,10 @@ func (c *Conn) WritePreparedAsync(pm *PreparedMessage, done func(error)) error {
 // enqueue queues it, applying the policy when the outbox is full, and
 // starts the writer unless it runs.
 func (c *Conn) enqueue(it outboxItem) error {
-	if c.netDone.Load() {
+	if c.closing.has(netClosed) {
 		return c.endedErr()
 	}
-	if c.closing.Load() {
+	if c.closing.has(closeSent) {
 		return errClosed
 	}
 	o := c.wr.box()
@@ -386,7 +386,7 @@ func (c *Conn) closeSlowLocked() error {
 // out CloseTimeout after the outbox overflowed: the peer is not reading, and
 // the write blocked on it fails now.
 func (c *Conn) cutSlow() {
-	if !c.closing.Load() && !c.netDone.Load() {
+	if !c.closing.has(closeSent | netClosed) {
 		c.abort(ErrSlowConsumer)
 	}
 }

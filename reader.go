@@ -56,7 +56,6 @@ type readState struct {
 	compressed bool   // the message in progress has RSV1 set
 	utf8       utf8.Validator
 	uncorkDue  bool   // cork was called: uncork flushes before the next blocking read
-	closed     bool   // the peer's close frame has been read
 	inFrame    bool   // hdr is read; its payload is not yet all read
 	begun      bool   // beginData has taken hdr into the message
 	stream     bool   // beginData chose to stream the message (StreamThreshold)
@@ -73,6 +72,12 @@ type readState struct {
 	// none), in goroutine mode, where a deadline for the message in
 	// progress (Options.MessageTimeout) may stand in for it.
 	readDL atomic.Int64
+}
+
+// idle reports whether nothing is in progress in rd: no bytes, no
+// message, no frame, no flush owed, no handler reading (putRead).
+func (rd *readState) idle() bool {
+	return rd.buf == nil && rd.msg == nil && rd.slab == nil && rd.op == 0 && !rd.inFrame && !rd.uncorkDue && !rd.userReads
 }
 
 // addWork counts n bytes of work in this turn on the loop.
@@ -409,8 +414,7 @@ func (c *Conn) readClose(p []byte) error {
 		}
 		ce.Reason = string(p[2:])
 	}
-	c.rd.closed = true
-	ce.ByPeer = !c.closing.Load()
+	ce.ByPeer = c.closing.received()
 	c.writeCloseFrame(ce.Code, "")
 	return ce
 }
@@ -584,7 +588,7 @@ func (c *Conn) endMessage(key [4]byte) error {
 	}
 	m := rd.newMessage(rd.op, rd.msg, rd.n)
 	rd.msg, rd.op, rd.n = nil, 0, 0
-	if c.closing.Load() {
+	if c.closing.has(closeSent) {
 		m.Close() // the browser API drops messages that arrive while closing
 		rd.recycle(m)
 		return nil

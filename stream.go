@@ -67,7 +67,7 @@ func (c *Conn) streamMessage(fin bool, length int64, key [4]byte) error {
 	} else {
 		s.text = checkText
 	}
-	if !c.closing.Load() { // the browser API drops messages that arrive while closing
+	if !c.closing.has(closeSent) { // the browser API drops messages that arrive while closing
 		c.handler.OnMessage(c, m)
 	}
 	m.closed.Store(true)
@@ -296,7 +296,7 @@ func (s *msgStream) nextFrame() error {
 // wait.
 func (c *Conn) waitStreamLocked() {
 	w := &c.wr
-	for w.writerOpen.Load() && !w.closed {
+	for w.writerOpen.Load() && !c.closing.has(closeEnded) {
 		if w.writerEnd == nil {
 			w.writerEnd = sync.NewCond(&w.mu)
 		}
@@ -565,7 +565,7 @@ func (mw *messageWriter) release() {
 		d := c.deflate
 		bufpool.Put(d.writeSink.buf)
 		d.writeSink = sink{}
-		if d.writeNoCtx || w.closed || mw.err != nil || d.fw != nil {
+		if d.writeNoCtx || c.closing.has(closeEnded) || mw.err != nil || d.fw != nil {
 			d.putWriter(mw.fw)
 		} else {
 			d.fw = mw.fw

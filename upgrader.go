@@ -360,8 +360,8 @@ func (c *Conn) closedErr() error {
 }
 
 // endedErr is the error a call on c returns once its connection is closed
-// (netDone): errNotOpen while its handshake is in progress, else
-// net.ErrClosed. It is the slow path of calls that found netDone set, and
+// (netClosed): errNotOpen while its handshake is in progress, else
+// net.ErrClosed. It is the slow path of calls that found netClosed set, and
 // takes the write lock to read c.conn, which open sets under it.
 func (c *Conn) endedErr() error {
 	if c.cfg == nil {

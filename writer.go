@@ -37,13 +37,10 @@ type writeState struct {
 	userDeadline atomic.Int64 // Unix ns of SetWriteDeadline's deadline; 0 for none
 	userChanged  atomic.Bool  // SetWriteDeadline was called since the last move
 
-	hdr       [maxHeaderSize]byte
-	corked    bool // writes append to buf, flushed later: the read goroutine dispatches, or an outbox batch is written
-	noWait    bool // an event loop is dispatching: no write may wait (netWrite)
-	early     bool // flush once at earlyFlushSize: the read drained the socket (drainedBatch)
-	closeSent bool
-	closing   bool // writeCloseFrame is writing: the only write allowed once the connection is ending
-	closed    bool
+	hdr    [maxHeaderSize]byte
+	corked bool // writes append to buf, flushed later: the read goroutine dispatches, or an outbox batch is written
+	noWait bool // an event loop is dispatching: no write may wait (netWrite)
+	early  bool // flush once at earlyFlushSize: the read drained the socket (drainedBatch)
 }
 
 // WriteMessage sends p as one message of type op (OpText or OpBinary). For
@@ -295,10 +292,10 @@ func (c *Conn) writableLocked() error {
 	if w.err != nil {
 		return w.err
 	}
-	if w.closed || w.closeSent {
+	if c.closing.has(closeEnded | closeSent) {
 		return errClosed
 	}
-	if c.err.Load() != nil && !w.closing {
+	if c.err.Load() != nil && !c.closing.has(closeWriting) {
 		// Ending (abort, or OutboxCloseSlow): writes waiting for their
 		// turn must not go before a slow consumer's close frame.
 		return errClosed
@@ -637,7 +634,7 @@ func (c *Conn) releaseIdleCompressor() {
 	c.wr.mu.Lock()
 	defer c.wr.mu.Unlock()
 	d := c.deflate
-	if d.fw == nil || c.wr.closed {
+	if d.fw == nil || c.closing.has(closeEnded) {
 		d.timerArmed = false
 		return
 	}
