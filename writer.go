@@ -382,14 +382,6 @@ func (c *Conn) releaseWriteBuffer() {
 	}
 }
 
-// releaseBacklog gives the backlog back when the connection ends.
-func (c *Conn) releaseBacklog() {
-	if c.wr.backlog != nil {
-		bufpool.Put(c.wr.backlog)
-		c.wr.backlog = nil
-	}
-}
-
 // netWrite writes p to the socket, the only place gust does once the
 // handshake is over; the caller holds the write lock. Writes to a
 // syscall.Conn arm the write timeout only when they must wait (rawWriter).
@@ -420,63 +412,6 @@ func (c *Conn) netWrite(p []byte) (int, error) {
 		}
 	}
 	return c.conn.Write(p)
-}
-
-// netWriteBacklog is netWrite while an event loop dispatches (netpoll
-// mode), or while what the socket did not take then waits: a loop must
-// never wait for a socket, so that one slow peer cannot hold up the others.
-// While the loop dispatches, every write (from its callbacks or from other
-// goroutines) writes what the socket takes at once and keeps the rest in
-// the backlog, in order, and reports it written. The loop then hands the
-// connection to a goroutine, which writes the backlog under the write
-// timeout before the connection reads again; a write outside the loop's
-// dispatch writes the backlog first. The backlog holds at most what is
-// written while one read's bytes are dispatched.
-func (c *Conn) netWriteBacklog(p []byte) (int, error) {
-	w := &c.wr
-	if w.backlog == nil {
-		n, err := c.tryWriteRaw(p)
-		if err != nil || n == len(p) {
-			return n, err
-		}
-		w.appendBacklog(p[n:])
-		return len(p), nil
-	}
-	if w.noWait {
-		w.appendBacklog(p)
-		return len(p), nil
-	}
-	if err := c.writeBacklogLocked(); err != nil {
-		return 0, err
-	}
-	return c.writeRaw(p)
-}
-
-// appendBacklog keeps p after what the backlog holds, its capacity at least
-// doubling as it grows (past bufpool's classes too).
-func (w *writeState) appendBacklog(p []byte) {
-	k := 0
-	if w.backlog != nil {
-		k = len(*w.backlog)
-		if n := k + len(p); n > cap(*w.backlog) {
-			w.backlog = bufpool.Grow(w.backlog, max(n, 2*cap(*w.backlog)))
-		}
-	}
-	w.backlog = bufpool.Grow(w.backlog, k+len(p))
-	copy((*w.backlog)[k:], p)
-}
-
-// writeBacklogLocked writes the backlog (netWriteBacklog), waiting as a
-// write outside an event loop does.
-func (c *Conn) writeBacklogLocked() error {
-	w := &c.wr
-	if w.backlog == nil {
-		return nil
-	}
-	_, err := c.writeRaw(*w.backlog)
-	bufpool.Put(w.backlog)
-	w.backlog = nil
-	return err
 }
 
 // setWriteDeadline is SetWriteDeadline: it applies t at once, which ends a
