@@ -1,6 +1,9 @@
 package gust
 
-import "encoding/binary"
+import (
+	"crypto/rand"
+	"encoding/binary"
+)
 
 // The frame codec (RFC 6455 §5.2): pure functions over bytes. The reader
 // feeds parseFrameHeader what has arrived; the writers encode headers with
@@ -129,4 +132,32 @@ func putHeader(b []byte, op Opcode, n int, masked bool, key [4]byte) int {
 		hn += 4
 	}
 	return hn
+}
+
+// maskSource makes client masking keys from crypto/rand, 16 keys per call,
+// so that each key is unpredictable (RFC 6455 §10.3) at little cost per
+// frame.
+type maskSource struct {
+	buf [64]byte
+	pos int
+}
+
+// maskKey returns the next masking key of a client's frame; the caller
+// holds the write lock.
+func (w *writeState) maskKey() [4]byte {
+	if w.maskSource == nil {
+		w.maskSource = new(maskSource)
+	}
+	return w.maskSource.next()
+}
+
+func (s *maskSource) next() [4]byte {
+	if s.pos == 0 || s.pos == len(s.buf) {
+		rand.Read(s.buf[:])
+		s.pos = 0
+	}
+	var k [4]byte
+	copy(k[:], s.buf[s.pos:])
+	s.pos += 4
+	return k
 }

@@ -1,7 +1,6 @@
 package gust
 
 import (
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"os"
@@ -479,32 +478,4 @@ func (c *Conn) releaseIdleCompressor() {
 	d.putWriter(d.fw)
 	d.fw = nil
 	d.timerArmed = false
-}
-
-// maskSource makes client masking keys from crypto/rand, 16 keys per call,
-// so that each key is unpredictable (RFC 6455 §10.3) at little cost per
-// frame.
-type maskSource struct {
-	buf [64]byte
-	pos int
-}
-
-// maskKey returns the next masking key of a client's frame; the caller
-// holds the write lock.
-func (w *writeState) maskKey() [4]byte {
-	if w.maskSource == nil {
-		w.maskSource = new(maskSource)
-	}
-	return w.maskSource.next()
-}
-
-func (s *maskSource) next() [4]byte {
-	if s.pos == 0 || s.pos == len(s.buf) {
-		rand.Read(s.buf[:])
-		s.pos = 0
-	}
-	var k [4]byte
-	copy(k[:], s.buf[s.pos:])
-	s.pos += 4
-	return k
 }
