@@ -460,3 +460,47 @@ func (c *Conn) drainOutbox() {
 		o.mu.Lock()
 	}
 }
+
+// writeBatch writes a batch from the outbox under one write lock and
+// returns the result of every message in it. A batch of one is written as
+// a direct write would be (a prepared frame goes out as it is, without a
+// copy); a larger one is corked and flushed in one system call. When a
+// write fails, every message of the batch gets the first error: the
+// connection is broken then, and how much of the corked bytes went out is
+// unknown.
+func (c *Conn) writeBatch(batch []outboxItem) error {
+	w := &c.wr
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(batch) > 1 || batch[0].op != opPing {
+		c.waitStreamLocked() // a heartbeat's ping alone may go between fragments
+	}
+	if len(batch) == 1 {
+		return c.writeItemLocked(&batch[0])
+	}
+	var err error
+	ferr := c.batchLocked(func() {
+		for i := range batch {
+			if e := c.writeItemLocked(&batch[i]); e != nil && err == nil {
+				err = e
+			}
+		}
+	})
+	if err == nil {
+		err = ferr
+	}
+	if err == nil {
+		err = w.err // corked messages that a later write's failure kept from going out
+	}
+	return err
+}
+
+func (c *Conn) writeItemLocked(it *outboxItem) error {
+	if it.op == opPing { // a heartbeat's (queuePing)
+		return c.writeFrameLocked(opPing, nil)
+	}
+	if it.pm != nil {
+		return c.writePreparedLocked(it.pm)
+	}
+	return c.writeMessageLocked(it.op, it.p, true)
+}
