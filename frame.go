@@ -7,7 +7,7 @@ import (
 
 // The frame codec (RFC 6455 §5.2): pure functions over bytes. The reader
 // feeds parseFrameHeader what has arrived; the writers encode headers with
-// putHeader.
+// putHeader, and a client's with a masking key from its maskSource.
 
 // frameHeader is a frame's header, checked.
 type frameHeader struct {
