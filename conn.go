@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gustws/gust/internal/bufpool"
+	"github.com/gustws/gust/internal/netpoll"
 )
 
 // Conn is a WebSocket connection, on the server or the client side. Conns
@@ -41,7 +42,7 @@ type Conn struct {
 	rd   *readState  // owned by the read goroutine; see allocConn
 	idle *idleReader // reads and writes through a RawConn; nil where unsupported, and in netpoll mode
 	wr   writeState
-	np   *netpollState // netpoll mode (Options.Netpoll); nil in goroutine mode
+	np   *netpoll.Sock // its own socket in netpoll mode (Options.Netpoll), also c.conn; nil in goroutine mode
 
 	started atomic.Bool
 	closing closeState            // how far it has got in ending (close.go)

@@ -14,6 +14,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/gustws/gust/internal/netpoll"
 	"github.com/stretchr/testify/require"
 )
 
@@ -336,5 +337,5 @@ func panicCloseSurvivesUnreadBytes(t *testing.T, m serverMode) {
 func TestConnSize(t *testing.T) {
 	t.Parallel()
 	require.LessOrEqual(t, unsafe.Sizeof(Conn{}), uintptr(288))
-	require.LessOrEqual(t, unsafe.Sizeof(netpollState{}), uintptr(112))
+	require.LessOrEqual(t, unsafe.Sizeof(netpoll.Sock{}), uintptr(112))
 }

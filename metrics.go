@@ -154,10 +154,6 @@ const (
 	netpollBlocked
 )
 
-// loopHeldThreshold is how long serving one connection may hold an event
-// loop before it is reported (netpollBlocked).
-const loopHeldThreshold = 100 * time.Millisecond
-
 // netpollNotes keeps the Warn records of netpoll mode's events to one a
 // second for each kind, for each config: a storm of connections at the
 // descriptor limit logs a record a second, each with the number of events
@@ -215,7 +211,7 @@ func (c *Conn) noteFallback(kind int, err error) {
 }
 
 // noteLoopHeld reports that serving c held its event loop for d, past
-// loopHeldThreshold.
+// netpoll.HeldThreshold.
 func (c *Conn) noteLoopHeld(d time.Duration) {
 	c.noteNetpoll(netpollBlocked, "gust: netpoll: serving a connection held its event loop, and every connection of the loop waited: a callback that blocks?",
 		slog.Duration("held", d))

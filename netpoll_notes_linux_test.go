@@ -130,13 +130,13 @@ func TestNetpollLoopHeldIsReported(t *testing.T) {
 	c := dialRaw(t, addr, nil)
 	sc := h.waitOpen(t)
 	require.True(t, sc.Netpoll())
-	require.Eventually(t, func() bool { return sc.np.state.Load() == npParked }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return sc.np.Parked() }, 5*time.Second, time.Millisecond)
 
 	c.send(frame(0x81, []byte("quick")))
 	c.expectMessage(OpText, []byte("quick"))
 	require.Zero(t, m.get("blocked"), "a quick callback is not reported")
 
-	require.Eventually(t, func() bool { return sc.np.state.Load() == npParked }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return sc.np.Parked() }, 5*time.Second, time.Millisecond)
 	c.send(frame(0x81, []byte("block")))
 	c.expectMessage(OpText, []byte("block"))
 	require.Eventually(t, func() bool { return m.get("blocked") == 1 }, 5*time.Second, time.Millisecond)
@@ -171,7 +171,7 @@ func TestNetpollFallbackAtTheDescriptorLimit(t *testing.T) {
 	first := h.waitOpen(t)
 	require.True(t, first.Netpoll())
 	// The first connection keeps the event loop, and its descriptors, open.
-	require.Eventually(t, func() bool { return first.np.state.Load() == npParked }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return first.np.Parked() }, 5*time.Second, time.Millisecond)
 
 	var old syscall.Rlimit
 	require.NoError(t, syscall.Getrlimit(syscall.RLIMIT_NOFILE, &old))

@@ -41,7 +41,7 @@ func goroutinesIn(fn string) int {
 // parkedIdle reports whether c is parked and no goroutine serves a
 // connection: c's last park has finished.
 func parkedIdle(c *Conn) bool {
-	return c.np.state.Load() == npParked && goroutinesIn("gust.(*Conn).serve") == 0
+	return c.np.Parked() && goroutinesIn("gust.(*Conn).serve") == 0
 }
 
 // echoRounds has each client send a message and read its echo, rounds
@@ -84,7 +84,7 @@ func TestNetpollIdleConnectionsHoldNoGoroutine(t *testing.T) {
 		}
 		require.Eventually(t, func() bool { return goroutinesIn("gust.(*Conn).serve") == 0 },
 			5*time.Second, 10*time.Millisecond, "idle connections still have a read goroutine")
-		require.LessOrEqual(t, goroutinesIn("gust.(*poller).loop"), runtime.GOMAXPROCS(0), "an event loop per P at most")
+		require.LessOrEqual(t, goroutinesIn("netpoll.(*poller).loop"), runtime.GOMAXPROCS(0), "an event loop per P at most")
 		for i, c := range clients {
 			c.send(frame(0x81, []byte("hello")))
 			c.expectMessage(OpText, []byte("hello"))
@@ -100,7 +100,7 @@ func TestNetpollIdleConnectionsHoldNoGoroutine(t *testing.T) {
 			require.ErrorAs(t, h.waitClose(t), &ce)
 			require.Equal(t, StatusNormalClosure, ce.Code)
 		}
-		require.Eventually(t, func() bool { return goroutinesIn("gust.(*poller).loop") == 0 },
+		require.Eventually(t, func() bool { return goroutinesIn("netpoll.(*poller).loop") == 0 },
 			5*time.Second, 10*time.Millisecond, "the event loop outlived its connections")
 	})
 }
@@ -489,60 +489,5 @@ func TestNetpollPanicAfterAFullSocketStillSends1011(t *testing.T) {
 		require.Equal(t, StatusInternalError, StatusCode(binary.BigEndian.Uint16(p)))
 		var pe *PanicError
 		require.ErrorAs(t, h.waitClose(t), &pe)
-	})
-}
-
-// failPollers makes every running event loop's epoll instance fail, as if
-// epoll_wait had returned an error: the instance's descriptor is replaced
-// by one that is not an epoll instance (so that its number is not reused
-// meanwhile), and the loop is woken to find it so. It returns once each of
-// them has given its instance up.
-func failPollers(t *testing.T) {
-	t.Helper()
-	devnull, err := syscall.Open("/dev/null", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
-	require.NoError(t, err)
-	defer syscall.Close(devnull)
-	for _, p := range pollers.p {
-		p.mu.Lock()
-		running, gen, epfd, wakefd := p.running, p.gen.Load(), p.epfd, p.wakefd
-		if running {
-			require.NoError(t, syscall.Dup3(devnull, epfd, syscall.O_CLOEXEC))
-			var one = [8]byte{1}
-			syscall.Write(wakefd, one[:])
-		}
-		p.mu.Unlock()
-		if running {
-			require.Eventually(t, func() bool {
-				p.mu.Lock()
-				defer p.mu.Unlock()
-				return !p.running || p.gen.Load() != gen
-			}, 5*time.Second, time.Millisecond, "the loop gives up its instance")
-		}
-	}
-}
-
-// An epoll instance that fails (epoll_wait returns an error, which should
-// never happen) is given up: its parked connections are resumed and park
-// again on a new one, and a call waiting on a socket (here the writes to a
-// peer that stopped reading) rejoins the new one, so that it goes on when
-// the socket has room, not at its deadline.
-func TestNetpollSurvivesAFailedEpollInstance(t *testing.T) {
-	forEachNetpollMode(t, func(t *testing.T, m serverMode) {
-		const big = 256 << 10
-		const count = 80 // 20 MiB: past what loopback's socket buffers hold
-		h := newFlooder(count, big)
-		addr := m.start(t, h, &Options{WriteTimeout: time.Minute})
-		slow, idle := dialRaw(t, addr, nil), dialRaw(t, addr, nil)
-		echoRounds(t, []*rawClient{idle}, 1, 2*time.Second)
-		slow.send(frame(0x81, []byte("flood")))
-		time.Sleep(100 * time.Millisecond) // the flood fills the slow peer's socket, and a write waits
-		failPollers(t)
-		echoRounds(t, []*rawClient{idle}, 3, 2*time.Second)
-		slow.nc.SetReadDeadline(time.Now().Add(10 * time.Second)) // well within the write timeout
-		for i := range count {
-			slow.expectMessage(OpBinary, bytes.Repeat([]byte{byte(i)}, big))
-		}
-		slow.send(frame(0x81, []byte("after")))
-		slow.expectMessage(OpText, []byte("after"))
 	})
 }

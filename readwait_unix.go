@@ -5,8 +5,9 @@ package gust
 import (
 	"io"
 	"net"
-	"os"
 	"syscall"
+
+	"github.com/gustws/gust/internal/netpoll"
 
 	"github.com/gustws/gust/internal/bufpool"
 )
@@ -16,12 +17,6 @@ import (
 // runtime's netpoller (syscall.RawConn) and takes a buffer from the pool
 // only once bytes have arrived. Connections that are not a syscall.Conn,
 // such as TLS, keep a buffer while they wait.
-
-// Directions a call on a socket may wait in (netpoll mode's sock.do).
-const (
-	dirRead = iota
-	dirWrite
-)
 
 // idleReader is the part of a Conn that reads through a syscall.RawConn
 // (in goroutine mode; netpoll mode reads from gust's own socket).
@@ -76,7 +71,7 @@ func (ir *idleReader) read(fd uintptr) bool {
 		buf = bufpool.Get(ir.size)
 		dst = *buf
 	}
-	n, again, err := readFD(int(fd), dst)
+	n, again, err := netpoll.ReadFD(int(fd), dst)
 	switch {
 	case again:
 		bufpool.Put(buf)
@@ -88,26 +83,6 @@ func (ir *idleReader) read(fd uintptr) bool {
 		ir.buf, ir.n, ir.err = buf, n, nil
 	}
 	return true
-}
-
-// readFD reads once from fd into p, retrying when interrupted; again
-// reports that there was nothing to read (EAGAIN), and a peer that closed
-// its side reads as io.EOF.
-func readFD(fd int, p []byte) (n int, again bool, err error) {
-	for {
-		n, err := syscall.Read(fd, p)
-		switch {
-		case err == syscall.EINTR:
-			continue
-		case err == syscall.EAGAIN:
-			return 0, true, nil
-		case err != nil:
-			return 0, false, os.NewSyscallError("read", err)
-		case n == 0:
-			return 0, false, io.EOF
-		}
-		return n, false, nil
-	}
 }
 
 // fillIdle reads into a fresh buffer when the read buffer is drained. It
@@ -136,9 +111,6 @@ func (c *Conn) fillIdle() (bool, error) {
 		}
 	}
 }
-
-// idleReadSize is the size of the pooled buffer an idle read takes.
-func (c *Conn) idleReadSize() int { return max(c.cfg.ReadBufferSize, minReadBufferSize) }
 
 // tryRead is read on an event loop: it reads what has arrived into p,
 // without waiting, and returns errPark when nothing has, or when the last
@@ -203,7 +175,7 @@ func (c *Conn) idleRead(dst []byte, park bool) (int, error) {
 	if c.rd.loop {
 		c.rd.addWork(n)
 	}
-	c.rd.drained = c.rd.loop && n < size && !c.np.peerEnded()
+	c.rd.drained = c.rd.loop && n < size && !c.peerEnded()
 	c.hbArrived()
 	return n, c.cork(drainedBatch(n, size))
 }

@@ -43,12 +43,12 @@ func (m serverMode) start(t *testing.T, h Event, opts *Options) string {
 var serverModes = []serverMode{
 	{"upgrader", "upgrader", serveUpgrader},
 	{"server", "server", serveServer},
-	{"upgrader-netpoll", "upgrader", netpoll(serveUpgrader)},
-	{"server-netpoll", "server", netpoll(serveServer)},
+	{"upgrader-netpoll", "upgrader", inNetpoll(serveUpgrader)},
+	{"server-netpoll", "server", inNetpoll(serveServer)},
 }
 
-// netpoll serves as serve does, in netpoll mode (Options.Netpoll).
-func netpoll(serve func(t *testing.T, h Event, opts *Options, set func(*Upgrader)) string) func(t *testing.T, h Event, opts *Options, set func(*Upgrader)) string {
+// inNetpoll serves as serve does, in netpoll mode (Options.Netpoll).
+func inNetpoll(serve func(t *testing.T, h Event, opts *Options, set func(*Upgrader)) string) func(t *testing.T, h Event, opts *Options, set func(*Upgrader)) string {
 	return func(t *testing.T, h Event, opts *Options, set func(*Upgrader)) string {
 		t.Helper()
 		o := Options{}

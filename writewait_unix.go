@@ -4,11 +4,9 @@ package gust
 
 import (
 	"errors"
-	"io"
 	"net"
-	"os"
-	"syscall"
-	"time"
+
+	"github.com/gustws/gust/internal/netpoll"
 )
 
 // A socket's write deadline costs a clock read and a timer change when it
@@ -40,7 +38,7 @@ func (c *Conn) initRawWriter() {
 // onFD is called with the descriptor: it writes until p is gone, or arms
 // the deadline and asks to wait when the socket is full.
 func (w *rawWriter) onFD(fd uintptr) bool {
-	n, again, err := writeFD(int(fd), w.p)
+	n, again, err := netpoll.WriteFD(int(fd), w.p)
 	w.p = w.p[n:]
 	switch {
 	case err != nil:
@@ -50,52 +48,6 @@ func (w *rawWriter) onFD(fd uintptr) bool {
 		return false
 	}
 	return true
-}
-
-// writeFD writes p to fd until it is gone or the socket is full (again),
-// retrying when interrupted.
-func writeFD(fd int, p []byte) (n int, again bool, err error) {
-	for n < len(p) {
-		k, err := syscall.Write(fd, p[n:])
-		switch {
-		case err == syscall.EINTR:
-			continue
-		case err == syscall.EAGAIN:
-			return n, true, nil
-		case err != nil:
-			return n, false, os.NewSyscallError("write", err)
-		case k == 0:
-			return n, false, io.ErrUnexpectedEOF
-		}
-		n += k
-	}
-	return n, false, nil
-}
-
-// armWriteTimeout sets the socket's write deadline before a write waits:
-// WriteTimeout from now, or SetWriteDeadline's deadline when it comes
-// sooner. It reports false when there is no write timeout (a deadline set
-// with SetWriteDeadline is on the socket already).
-func (c *Conn) armWriteTimeout() bool {
-	d := c.cfg.WriteTimeout
-	if d <= 0 {
-		return false
-	}
-	dl := time.Now().Add(d)
-	if u := c.wr.userDeadline.Load(); u != 0 && u < dl.UnixNano() {
-		dl = time.Unix(0, u)
-	}
-	c.conn.SetWriteDeadline(dl)
-	return true
-}
-
-// userWriteDeadline is SetWriteDeadline's deadline, which the socket gets
-// back once a write that armed the write timeout is done.
-func (c *Conn) userWriteDeadline() time.Time {
-	if u := c.wr.userDeadline.Load(); u != 0 {
-		return time.Unix(0, u)
-	}
-	return time.Time{}
 }
 
 // tryWrite writes what of p the socket takes at once, without waiting.

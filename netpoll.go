@@ -1,0 +1,226 @@
+package gust
+
+import (
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"github.com/gustws/gust/internal/bufpool"
+	"github.com/gustws/gust/internal/netpoll"
+)
+
+// Netpoll mode (Options.Netpoll): a connection that has read every byte it
+// was sent gives up its goroutine as well as its read buffer. It is parked
+// on one of the event loops of internal/netpoll, in a socket of gust's own
+// (netpoll.Sock). When bytes arrive, the loop reads them into a pooled
+// buffer, parses and dispatches them itself, and parks the connection
+// again; the buffer goes back once drained. A frame that arrives in pieces
+// is parsed as far as its bytes go, and the parser resumes there at the
+// next readable event (readState keeps the frame in progress). An idle
+// connection then costs its Conn and its socket, and nothing else.
+//
+// A loop never waits. What would wait goes to a goroutine started for the
+// connection (errHandoff), which serves it as goroutine mode does until it
+// is idle again, and parks it: writes the socket did not take at once
+// (netWriteBacklog), a message streamed to its handler (StreamThreshold),
+// a close frame and the end of the connection, Options.Parallel's handlers
+// all busy, the write lock held by another goroutine, and a peer that
+// keeps sending or a message that takes long to inflate (loopWorkBudget).
+
+// loopConn is a Conn as its event loop sees it (netpoll.Owner).
+type loopConn Conn
+
+func (lc *loopConn) Sock() *netpoll.Sock { return lc.np }
+
+// Readable serves a parked connection on its event loop, which found it
+// readable.
+func (lc *loopConn) Readable() {
+	c := (*Conn)(lc)
+	c.np.Resumed()
+	c.takeRead()
+	c.rd.startTurn()
+	c.serve(false)
+}
+
+// Wake resumes c if it is parked, on a goroutine of its own: a read then
+// reports whatever ended or woke it (a closed socket, a read deadline, the
+// message's bound).
+func (lc *loopConn) Wake() { (*Conn)(lc).wake() }
+
+func (lc *loopConn) Held(d time.Duration) { (*Conn)(lc).noteLoopHeld(d) }
+
+// adoptSocket gives c a socket of gust's own in place of its *net.TCPConn
+// or *net.UnixConn, registered with an event loop: netpoll mode (c.np).
+// Any other connection (TLS, an HTTP/2 stream, a wrapper) stays in
+// goroutine mode, and so does one whose descriptor cannot be duplicated or
+// registered (at the descriptor limit, EMFILE), for its whole life: its
+// net.Conn is in use from then on by any goroutine (writes, deadlines,
+// NetConn's callers), and swapping it later would race with them. Either
+// fallback is reported (noteFallback).
+func (c *Conn) adoptSocket() {
+	if !c.cfg.Netpoll {
+		return
+	}
+	if h := dupHook.Load(); h != nil {
+		if err := (*h)(c); err != nil {
+			c.noteFallback(netpollFallbackFD, err)
+			return
+		}
+	}
+	s, err := netpoll.Adopt(c.conn)
+	switch {
+	case errors.Is(err, netpoll.ErrNotSocket):
+		c.noteFallback(netpollFallbackType, nil)
+		return
+	case errors.Is(err, errors.ErrUnsupported):
+		return // no event loops here (not Linux): goroutine mode, as documented
+	case err != nil:
+		c.noteFallback(netpollFallbackFD, err)
+		return
+	}
+	orig := c.conn
+	c.conn, c.np = s, s
+	if err := s.Register((*loopConn)(c)); err != nil {
+		s.Close()
+		c.conn, c.np = orig, nil
+		c.noteFallback(netpollFallbackFD, err)
+		return
+	}
+	orig.Close()
+}
+
+// dupHook is nil but in tests (export_linux_test.go): it is called before a
+// connection's descriptor is duplicated, and an error it returns fails the
+// duplication, as the descriptor limit would.
+var dupHook atomic.Pointer[func(c *Conn) error]
+
+// park hands c to the event loop, and reports whether the calling goroutine
+// must go on serving it instead: bytes arrived while it was parking, its
+// read deadline passed, or it could not be registered (its socket is
+// closed, which the next read reports). Otherwise the calling goroutine must
+// not touch c again.
+func (c *Conn) park() bool {
+	s := c.np
+	c.rd.shrink()
+	if left, ok := c.messageLeft(); ok && !c.rd.armed {
+		// The message in progress has its bound (Options.MessageTimeout):
+		// wake c then. Left in place once the message ends, a wake-up for
+		// an earlier message finds nothing overdue and parks c again.
+		s.WakeAfter(left, (*loopConn)(c))
+		c.rd.armed = true
+	}
+	if err := s.Register((*loopConn)(c)); err != nil {
+		return true // still running: the next read reports why
+	}
+	// Once parked, c may be resumed on another goroutine at once: its read
+	// state goes back before.
+	c.putRead()
+	if h := parkHook.Load(); h != nil {
+		(*h)(c, c.rd != nil)
+	}
+	if s.Park() {
+		c.takeRead()
+		return true
+	}
+	return false
+}
+
+// parkHook is nil but in tests (export_linux_test.go): it is called by each
+// connection that parks, with whether it keeps its read state.
+var parkHook atomic.Pointer[func(c *Conn, holdsRead bool)]
+
+// resume serves a parked connection again, on a goroutine the event loop
+// (or whatever woke it) started for it.
+func (c *Conn) resume() {
+	c.np.Resumed()
+	c.takeRead()
+	c.rd.armed = false // the wake-up may have been the message's bound: the next park sets it again
+	c.rd.loop = false
+	c.serve(false)
+}
+
+// wake resumes c if it is parked, on a goroutine of its own.
+func (c *Conn) wake() {
+	if s := c.np; s != nil && s.Unpark() {
+		go c.resume()
+	}
+}
+
+// wakeAt arranges for c to be woken at t, when a read deadline passes
+// while it is parked.
+func (c *Conn) wakeAt(t time.Time) {
+	if c.np != nil {
+		c.np.WakeAt(t, (*loopConn)(c))
+	}
+}
+
+// unpark takes c out of its event loop when it ends (if it is in netpoll
+// mode); the running goroutine calls it before the socket is closed.
+func (c *Conn) unpark() {
+	if c.np != nil {
+		c.np.Remove((*loopConn)(c))
+	}
+}
+
+// peerEnded reports whether c's event loop has seen the peer's end.
+func (c *Conn) peerEnded() bool { return c.np != nil && c.np.PeerEnded() }
+
+// sockRead reads once from c's own socket (netpoll mode) into dst or, when
+// dst is nil, into a pooled buffer it returns; with try set it does not
+// wait, and again reports that there was nothing to read.
+func (c *Conn) sockRead(dst []byte, try bool) (buf *[]byte, n int, again bool, err error) {
+	if dst == nil {
+		buf = bufpool.Get(c.idleReadSize())
+		dst = *buf
+	}
+	n, again, err = c.np.ReadSome(dst, try)
+	if err != nil || again {
+		bufpool.Put(buf)
+		return nil, 0, again, err
+	}
+	return buf, n, false, nil
+}
+
+// sockWrite writes p to c's own socket (netpoll mode): what it takes at
+// once when try is set, else all of it, waiting on the event loop under the
+// write timeout, which is armed only for the wait (as rawWriter's).
+func (c *Conn) sockWrite(p []byte, try bool) (int, error) {
+	s := c.np
+	n, armed, err := s.WriteSome(p, try, c.armWriteTimeout)
+	if armed {
+		s.SetWriteDeadline(c.userWriteDeadline())
+	}
+	if err != nil {
+		return n, s.OpError("write", err)
+	}
+	return n, nil
+}
+
+// armWriteTimeout sets the socket's write deadline before a write waits:
+// WriteTimeout from now, or SetWriteDeadline's deadline when it comes
+// sooner. It reports false when there is no write timeout (a deadline set
+// with SetWriteDeadline is on the socket already).
+func (c *Conn) armWriteTimeout() bool {
+	d := c.cfg.WriteTimeout
+	if d <= 0 {
+		return false
+	}
+	dl := time.Now().Add(d)
+	if u := c.wr.userDeadline.Load(); u != 0 && u < dl.UnixNano() {
+		dl = time.Unix(0, u)
+	}
+	c.conn.SetWriteDeadline(dl)
+	return true
+}
+
+// userWriteDeadline is SetWriteDeadline's deadline, which the socket gets
+// back once a write that armed the write timeout is done.
+func (c *Conn) userWriteDeadline() time.Time {
+	if u := c.wr.userDeadline.Load(); u != 0 {
+		return time.Unix(0, u)
+	}
+	return time.Time{}
+}
+
+// idleReadSize is the size of the pooled buffer an idle read takes.
+func (c *Conn) idleReadSize() int { return max(c.cfg.ReadBufferSize, minReadBufferSize) }
