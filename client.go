@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gustws/gust/internal/deflate"
 	"github.com/gustws/gust/internal/handshake"
 	"github.com/gustws/gust/internal/proxy"
 )
@@ -216,8 +217,8 @@ func newDialer(opts *DialOptions) (*dialer, error) {
 		}
 	}
 	d.protocol = strings.Join(d.cfg.Subprotocols, ", ")
-	if d.cfg.deflate.enabled {
-		d.offer = deflateOffer(&d.cfg.deflate)
+	if d.cfg.deflate.Enabled {
+		d.offer = deflate.Offer(&d.cfg.deflate)
 	}
 	return d, nil
 }
@@ -396,7 +397,7 @@ func (d *dialer) handshake(ctx context.Context, nc, raw net.Conn, u *url.URL, h 
 	}
 	c := newConn(nc, d.cfg, h, false, buffered, subprotocol)
 	if params != nil {
-		c.deflate = newDeflateState(*params, &d.cfg.deflate, false)
+		c.deflate = deflate.NewState(*params, &d.cfg.deflate, false, &c.wr.mu)
 	}
 	return c, resp, nil
 }
@@ -461,7 +462,7 @@ var writtenHeaders = map[string]bool{
 
 // checkResponse checks a 101 response (RFC 6455 §4.1) and settles the
 // subprotocol and the permessage-deflate parameters.
-func (d *dialer) checkResponse(resp *http.Response, key string) (string, *deflateParams, error) {
+func (d *dialer) checkResponse(resp *http.Response, key string) (string, *deflate.Params, error) {
 	h := resp.Header
 	if !handshake.HasToken(h, "Upgrade", "websocket") {
 		return "", nil, badHandshake("Upgrade header is %q, not websocket", h.Get("Upgrade"))
@@ -477,7 +478,7 @@ func (d *dialer) checkResponse(resp *http.Response, key string) (string, *deflat
 
 // checkNegotiated settles the subprotocol and the permessage-deflate
 // parameters of an accepting response, over HTTP/1.1 or HTTP/2.
-func (d *dialer) checkNegotiated(h http.Header) (string, *deflateParams, error) {
+func (d *dialer) checkNegotiated(h http.Header) (string, *deflate.Params, error) {
 	var subprotocol string
 	switch protos := handshake.Tokens(h, "Sec-WebSocket-Protocol"); {
 	case len(protos) > 1:
@@ -492,7 +493,7 @@ func (d *dialer) checkNegotiated(h http.Header) (string, *deflateParams, error) 
 			return "", nil, badHandshake("the server selected subprotocol %q, which was not offered", subprotocol)
 		}
 	}
-	params, err := acceptDeflate(h, &d.cfg.deflate)
+	params, err := deflate.Accept(h, &d.cfg.deflate)
 	if err != nil {
 		return "", nil, err
 	}

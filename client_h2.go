@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"crypto/tls"
+
+	"github.com/gustws/gust/internal/deflate"
 )
 
 // handshakeH2 opens the WebSocket as an extended CONNECT stream on tc, a
@@ -115,7 +117,7 @@ func (d *dialer) handshakeH2(ctx context.Context, tc *tls.Conn, u *url.URL, h Ev
 	s := &h2ClientConn{body: resp.Body, pw: pw, tc: tc, cancel: cancel}
 	c := newConn(s, d.cfg, h, false, nil, subprotocol)
 	if params != nil {
-		c.deflate = newDeflateState(*params, &d.cfg.deflate, false)
+		c.deflate = deflate.NewState(*params, &d.cfg.deflate, false, &c.wr.mu)
 	}
 	return c, resp, nil
 }

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gustws/gust/internal/deflate"
 	"github.com/gustws/gust/internal/handshake"
 	"github.com/stretchr/testify/require"
 )
@@ -214,8 +215,8 @@ func TestDialCompression(t *testing.T) {
 				require.Equal(t, tc.compressed, sc.Compressed())
 				require.Equal(t, tc.extensions, resp.Header.Get("Sec-WebSocket-Extensions"))
 				if tc.compressed {
-					d := c.deflate
-					require.Equal(t, tc.want, side{d.writeBits, d.readBits, d.writeNoCtx, d.readNoCtx})
+					w, r := c.deflate.Directions()
+					require.Equal(t, tc.want, side{w.WindowBits, r.WindowBits, w.NoContextTakeover, r.NoContextTakeover})
 				}
 
 				// Compressible messages over several rounds (context
@@ -477,21 +478,21 @@ func TestDialAcceptsWhatRFC7692Allows(t *testing.T) {
 		name     string
 		offer    CompressionOptions
 		response string
-		want     deflateParams
+		want     deflate.Params
 	}{
 		{"plain", CompressionOptions{Enabled: true}, "permessage-deflate",
-			deflateParams{serverMaxWindowBits: 15, clientMaxWindowBits: 15}},
+			deflate.Params{ServerMaxWindowBits: 15, ClientMaxWindowBits: 15}},
 		{"server bounds both windows and drops our context", CompressionOptions{Enabled: true},
 			"PerMessage-Deflate; Server_Max_Window_Bits=9; client_max_window_bits=\"8\"; client_no_context_takeover",
-			deflateParams{serverMaxWindowBits: 9, clientMaxWindowBits: 8, clientNoContextTakeover: true}},
+			deflate.Params{ServerMaxWindowBits: 9, ClientMaxWindowBits: 8, ClientNoContextTakeover: true}},
 		{"server answers server_max_window_bits=15 unasked", CompressionOptions{Enabled: true}, "permessage-deflate; server_max_window_bits=15",
-			deflateParams{serverMaxWindowBits: 15, clientMaxWindowBits: 15}},
+			deflate.Params{ServerMaxWindowBits: 15, ClientMaxWindowBits: 15}},
 		{"server drops its context unasked", CompressionOptions{Enabled: true}, "permessage-deflate; server_no_context_takeover",
-			deflateParams{serverMaxWindowBits: 15, clientMaxWindowBits: 15, serverNoContextTakeover: true}},
+			deflate.Params{ServerMaxWindowBits: 15, ClientMaxWindowBits: 15, ServerNoContextTakeover: true}},
 		{"everything offered, everything answered",
 			CompressionOptions{Enabled: true, PeerNoContextTakeover: true, NoContextTakeover: true, PeerWindowBits: 10, WindowBits: 11},
 			"permessage-deflate; server_no_context_takeover; server_max_window_bits=10; client_max_window_bits=11",
-			deflateParams{serverMaxWindowBits: 10, clientMaxWindowBits: 11, serverNoContextTakeover: true, clientNoContextTakeover: true}},
+			deflate.Params{ServerMaxWindowBits: 10, ClientMaxWindowBits: 11, ServerNoContextTakeover: true, ClientNoContextTakeover: true}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -503,36 +504,13 @@ func TestDialAcceptsWhatRFC7692Allows(t *testing.T) {
 			require.NoError(t, err)
 			defer c.NetConn().Close()
 			o := tc.offer.rfc(false)
-			require.Equal(t, deflateOffer(&o), (<-reqs).Header.Get("Sec-WebSocket-Extensions"))
+			require.Equal(t, deflate.Offer(&o), (<-reqs).Header.Get("Sec-WebSocket-Extensions"))
 			require.True(t, c.Compressed())
-			d := c.deflate
+			w, r := c.deflate.Directions()
 			p := tc.want
-			require.Equal(t, []any{p.clientMaxWindowBits, p.serverMaxWindowBits, p.clientNoContextTakeover, p.serverNoContextTakeover},
-				[]any{d.writeBits, d.readBits, d.writeNoCtx, d.readNoCtx})
+			require.Equal(t, []any{p.ClientMaxWindowBits, p.ServerMaxWindowBits, p.ClientNoContextTakeover, p.ServerNoContextTakeover},
+				[]any{w.WindowBits, r.WindowBits, w.NoContextTakeover, r.NoContextTakeover})
 		})
-	}
-}
-
-func TestDeflateOffer(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		o    CompressionOptions
-		want string
-	}{
-		{CompressionOptions{}, "permessage-deflate; client_max_window_bits"},
-		{CompressionOptions{PeerNoContextTakeover: true, NoContextTakeover: true},
-			"permessage-deflate; server_no_context_takeover; client_no_context_takeover; client_max_window_bits"},
-		{CompressionOptions{PeerWindowBits: 9, WindowBits: 8},
-			"permessage-deflate; server_max_window_bits=9; client_max_window_bits=8"},
-	} {
-		o := tc.o.rfc(false)
-		require.Equal(t, tc.want, deflateOffer(&o))
-		// The offer must be one a gust server accepts as it is.
-		exts, err := handshake.Extensions(http.Header{"Sec-Websocket-Extensions": {tc.want}})
-		require.NoError(t, err)
-		srv := CompressionOptions{Enabled: true}.rfc(true)
-		_, ok := negotiateDeflate(exts, &srv)
-		require.True(t, ok)
 	}
 }
 

@@ -231,7 +231,7 @@ func (c *Conn) finish(err error) {
 	c.releaseWriteBuffer()
 	c.releaseBacklog()
 	if c.deflate != nil {
-		c.deflate.release()
+		c.deflate.Release()
 	}
 	c.wr.mu.Unlock()
 	if c.rd != nil {

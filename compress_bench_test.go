@@ -5,6 +5,8 @@ import (
 	"compress/flate"
 	"fmt"
 	"testing"
+
+	"github.com/gustws/gust/internal/deflate"
 )
 
 // jsonMessages are 2 KiB JSON documents, like API or chat payloads: the
@@ -36,8 +38,7 @@ func compressedConfig() *config {
 func deflateConn(sc *streamConn, server bool) *Conn {
 	cfg := compressedConfig()
 	c := newConn(sc, cfg, discardHandler{}, server, nil, "")
-	p := deflateParams{serverMaxWindowBits: maxWindowBits, clientMaxWindowBits: maxWindowBits}
-	c.deflate = newDeflateState(p, &cfg.deflate, server)
+	useDeflate(c, deflate.Params{ServerMaxWindowBits: deflate.MaxWindowBits, ClientMaxWindowBits: deflate.MaxWindowBits})
 	return c
 }
 
@@ -71,8 +72,8 @@ func BenchmarkReadCompressedJSON2KiB(b *testing.B) {
 	sc := newStreamConn(f, b.N)
 	cfg := compressedConfig()
 	c := newConn(sc, cfg, discardHandler{}, true, nil, "")
-	p := deflateParams{serverMaxWindowBits: maxWindowBits, clientMaxWindowBits: maxWindowBits, clientNoContextTakeover: true}
-	c.deflate = newDeflateState(p, &cfg.deflate, true)
+	useDeflate(c, deflate.Params{ServerMaxWindowBits: deflate.MaxWindowBits, ClientMaxWindowBits: deflate.MaxWindowBits,
+		ClientNoContextTakeover: true})
 	b.ReportAllocs()
 	b.SetBytes(int64(len(msg)))
 	b.ResetTimer()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gustws/gust/internal/bufpool"
+	"github.com/gustws/gust/internal/deflate"
 	"github.com/gustws/gust/internal/netpoll"
 )
 
@@ -37,7 +38,7 @@ type Conn struct {
 	server      bool
 	subprotocol string
 	values      atomic.Pointer[values] // Set's, made by the first
-	deflate     *deflateState          // nil unless permessage-deflate was negotiated
+	deflate     *deflate.State         // nil unless permessage-deflate was negotiated
 
 	rd   *readState  // owned by the read goroutine; see allocConn
 	idle *idleReader // reads and writes through a RawConn; nil where unsupported, and in netpoll mode
@@ -122,7 +123,7 @@ func (c *Conn) open(nc net.Conn, buffered []byte, hs handshakeResult) {
 	c.wr.mu.Lock()
 	c.attach(nc, buffered, hs.subprotocol)
 	if hs.deflate != nil {
-		c.deflate = newDeflateState(*hs.deflate, &c.cfg.deflate, true)
+		c.deflate = deflate.NewState(*hs.deflate, &c.cfg.deflate, true, &c.wr.mu)
 	}
 	c.wr.mu.Unlock()
 	c.closing.opened()

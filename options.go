@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/gustws/gust/internal/deflate"
 	"github.com/gustws/gust/internal/wheel"
 )
 
@@ -200,7 +201,7 @@ const (
 // Upgrader, a Server or a dial makes.
 type config struct {
 	Options
-	deflate deflateConfig // Compression, from this side
+	deflate deflate.Config // Compression, from this side
 
 	// heartbeats, when PingInterval is set
 	wheel            *hbWheel // nil when off

@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/gustws/gust/internal/bufpool"
+	"github.com/gustws/gust/internal/deflate"
 )
 
 // PreparedMessage is a message framed once and written to any number of
@@ -21,13 +22,7 @@ type PreparedMessage struct {
 	plain   []byte // header and payload, unmasked
 
 	mu         sync.Mutex
-	compressed map[compressKey][]byte // header and deflated payload, RSV1 set
-}
-
-// compressKey is what makes two compressed frames differ: the level and
-// the window.
-type compressKey struct {
-	level, bits int
+	compressed map[deflate.Setting][]byte // header and deflated payload, RSV1 set
 }
 
 // NewPreparedMessage frames p as a message of type op (OpText or OpBinary).
@@ -53,33 +48,26 @@ func (pm *PreparedMessage) Payload() []byte { return pm.payload }
 // frameFor returns the compressed frame for d's setting, compressing it the
 // first time it is asked for. The payload is compressed from an empty
 // window, so any receiver can take it, whatever its context.
-func (pm *PreparedMessage) frameFor(d *deflateState) ([]byte, error) {
-	key := compressKey{level: d.level, bits: d.writeBits}
+func (pm *PreparedMessage) frameFor(d *deflate.State) ([]byte, error) {
+	key := d.Setting()
 	pm.mu.Lock()
 	defer pm.mu.Unlock()
 	if f, ok := pm.compressed[key]; ok {
 		return f, nil
 	}
-	var s sink
-	fw := d.getWriter(&s)
-	_, err := fw.Write(pm.payload)
-	if err == nil {
-		err = fw.Flush()
-	}
-	d.putWriter(fw)
+	buf, n, err := d.CompressAlone(pm.payload)
 	if err != nil {
-		bufpool.Put(s.buf)
 		return nil, err
 	}
-	z := (*s.buf)[:max(0, s.n-4)] // without the sync tail
+	z := (*buf)[:n]
 	var hdr [maxHeaderSize]byte
 	hn := putHeader(hdr[:], pm.op|rsv1, len(z), false, [4]byte{})
 	f := make([]byte, hn+len(z))
 	copy(f, hdr[:hn])
 	copy(f[hn:], z)
-	bufpool.Put(s.buf)
+	bufpool.Put(buf)
 	if pm.compressed == nil {
-		pm.compressed = make(map[compressKey][]byte)
+		pm.compressed = make(map[deflate.Setting][]byte)
 	}
 	pm.compressed[key] = f
 	return f, nil

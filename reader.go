@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gustws/gust/internal/bufpool"
+	"github.com/gustws/gust/internal/deflate"
 	"github.com/gustws/gust/internal/mask"
 	"github.com/gustws/gust/internal/utf8"
 )
@@ -670,11 +671,11 @@ func (c *Conn) inflateMessage() error {
 	if t := int64(c.cfg.StreamThreshold); t > 0 && t < limit {
 		limit = t // past it, the message is streamed instead
 	}
-	rd.msg = bufpool.Grow(rd.msg, rd.n+len(deflateTail))
-	copy((*rd.msg)[rd.n:], deflateTail)
-	out, n, err := c.deflate.inflate((*rd.msg)[:rd.n+len(deflateTail)], limit, v)
+	rd.msg = bufpool.Grow(rd.msg, rd.n+len(deflate.Tail))
+	copy((*rd.msg)[rd.n:], deflate.Tail)
+	out, n, err := c.deflate.Inflate((*rd.msg)[:rd.n+len(deflate.Tail)], limit, v)
 	if err != nil {
-		return err
+		return inflateError(err)
 	}
 	bufpool.Put(rd.msg)
 	rd.msg, rd.n = out, n

@@ -5,9 +5,8 @@ import (
 	"io"
 	"sync"
 
-	"github.com/klauspost/compress/flate"
-
 	"github.com/gustws/gust/internal/bufpool"
+	"github.com/gustws/gust/internal/deflate"
 	"github.com/gustws/gust/internal/mask"
 )
 
@@ -27,10 +26,10 @@ type msgStream struct {
 	text     bool  // check UTF-8 of the payload (an uncompressed text message)
 	err      error // sticky: the stream, and then the connection, end with it
 	rawDone  bool  // the last frame's payload has been read
-	tailSent int   // bytes of deflateTail given to the inflater
+	tailSent int   // bytes of deflate.Tail given to the inflater
 
 	// a compressed message
-	fr       io.ReadCloser // flate's, from readerPool
+	fr       io.ReadCloser // from deflate.State.Reader
 	br       *bufio.Reader
 	out      int64 // inflated bytes so far
 	checkOut bool  // check UTF-8 of the inflated bytes
@@ -88,28 +87,21 @@ func (c *Conn) streamMessage(fin bool, length int64, key [4]byte) error {
 // startInflate prepares the inflater, with the window the peer's earlier
 // messages left when it keeps its context.
 func (s *msgStream) startInflate() error {
-	d := s.c.deflate
 	s.br, _ = streamReaders.Get().(*bufio.Reader)
 	if s.br == nil {
 		s.br = bufio.NewReaderSize(s, streamReaderSize)
 	} else {
 		s.br.Reset(s)
 	}
-	s.fr, _ = readerPool.Get().(io.ReadCloser)
-	if s.fr == nil {
-		s.fr = flate.NewReader(nil)
-	}
-	var dict []byte
-	if !d.readNoCtx {
-		dict = d.readDict[max(0, len(d.readDict)-1<<d.readBits):]
-	}
-	return s.fr.(flate.Resetter).Reset(s.br, dict)
+	var err error
+	s.fr, err = s.c.deflate.Reader(s.br)
+	return err
 }
 
 // end gives the stream's buffers back.
 func (s *msgStream) end() {
 	if s.fr != nil {
-		readerPool.Put(s.fr)
+		deflate.PutReader(s.fr)
 		s.br.Reset(nil)
 		streamReaders.Put(s.br)
 		s.fr, s.br = nil, nil
@@ -156,7 +148,7 @@ func (s *msgStream) read(p []byte) (int, error) {
 			s.err = protocolError(StatusInvalidFramePayloadData, "text not valid UTF-8")
 			return 0, s.err
 		}
-		s.c.deflate.rememberWindow(p[:n])
+		s.c.deflate.Remember(p[:n])
 	}
 	switch err {
 	case nil:
@@ -182,7 +174,7 @@ func (s *msgStream) read(p []byte) (int, error) {
 	return n, err
 }
 
-// Read gives the inflater the compressed bytes, then deflateTail.
+// Read gives the inflater the compressed bytes, then deflate.Tail.
 func (s *msgStream) Read(p []byte) (int, error) {
 	if !s.rawDone {
 		n, err := s.readRaw(p)
@@ -190,10 +182,10 @@ func (s *msgStream) Read(p []byte) (int, error) {
 			return n, err
 		}
 	}
-	if s.tailSent == len(deflateTail) {
+	if s.tailSent == len(deflate.Tail) {
 		return 0, io.EOF
 	}
-	n := copy(p, deflateTail[s.tailSent:])
+	n := copy(p, deflate.Tail[s.tailSent:])
 	s.tailSent += n
 	return n, nil
 }
@@ -357,9 +349,9 @@ type messageWriter struct {
 	err     error
 	done    bool
 
-	fw      *flate.Writer // compressing, into c.deflate.writeSink
-	in      int           // bytes given to fw since its last flush
-	decided bool          // whether to compress has been decided
+	z       *deflate.Stream // compressing the message, once decided; nil otherwise
+	in      int             // bytes given to z since its last flush
+	decided bool            // whether to compress has been decided
 }
 
 func (mw *messageWriter) Write(p []byte) (int, error) {
@@ -372,7 +364,7 @@ func (mw *messageWriter) Write(p []byte) (int, error) {
 	written := 0
 	defer func() { mw.payload += written }()
 	for len(p) > 0 {
-		if mw.fw != nil {
+		if mw.z != nil {
 			if mw.in == mw.frag {
 				// A fragment's worth written, and more is coming: flush it
 				// out, so that each fragment carries what was written
@@ -410,33 +402,20 @@ func (mw *messageWriter) Write(p []byte) (int, error) {
 func (mw *messageWriter) flushFull() error {
 	if !mw.decided {
 		mw.decided = true
-		if d := mw.c.deflate; d != nil && mw.n >= d.threshold {
+		if d := mw.c.deflate; d != nil && mw.n >= d.Threshold() {
 			return mw.startCompress()
 		}
 	}
 	return mw.sendFrame(false)
 }
 
-// startCompress takes the connection's compressor (or a fresh one, which
-// the peer decodes as well) and compresses what is buffered so far. The
-// compressor writes into d.writeSink, which only data writes use, and they
-// wait for this message; d.fw stays nil meanwhile, so that the idle release
-// leaves it alone.
+// startCompress starts compressing the message (deflate.State.StartStream)
+// with what is buffered so far.
 func (mw *messageWriter) startCompress() error {
-	c := mw.c
-	d := c.deflate
-	c.wr.mu.Lock()
-	fw := d.fw
-	d.fw = nil
-	c.wr.mu.Unlock()
-	if fw == nil {
-		fw = d.getWriter(&d.writeSink)
-	}
-	mw.fw = fw
+	mw.z = mw.c.deflate.StartStream(maxHeaderSize, maxHeaderSize+mw.frag)
 	mw.op |= rsv1
 	raw := mw.buf
 	mw.buf = nil
-	d.writeSink = sink{buf: bufpool.Get(maxHeaderSize + mw.frag), n: maxHeaderSize}
 	err := mw.compress((*raw)[maxHeaderSize : maxHeaderSize+mw.n])
 	bufpool.Put(raw)
 	return err
@@ -444,7 +423,7 @@ func (mw *messageWriter) startCompress() error {
 
 // compress feeds p to the compressor.
 func (mw *messageWriter) compress(p []byte) error {
-	if _, err := mw.fw.Write(p); err != nil {
+	if err := mw.z.Write(p); err != nil {
 		mw.err = err
 		return err
 	}
@@ -455,7 +434,7 @@ func (mw *messageWriter) compress(p []byte) error {
 // flushCompressed flushes the compressor and sends what came out as a
 // fragment that is not the last.
 func (mw *messageWriter) flushCompressed() error {
-	if err := mw.fw.Flush(); err != nil {
+	if err := mw.z.Flush(); err != nil {
 		mw.err = err
 		return err
 	}
@@ -463,16 +442,12 @@ func (mw *messageWriter) flushCompressed() error {
 	return mw.sendSink(false)
 }
 
-// sendSink sends the compressed bytes gathered in the sink as a frame; the
-// last one without its 4-byte sync tail (RFC 7692 §7.2.1).
+// sendSink sends the compressed bytes gathered so far as a frame; the last
+// one without its 4-byte sync tail (RFC 7692 §7.2.1).
 func (mw *messageWriter) sendSink(final bool) error {
-	d := mw.c.deflate
-	mw.buf, mw.n = d.writeSink.buf, d.writeSink.n-maxHeaderSize
-	if final && mw.n >= 4 {
-		mw.n -= 4
-	}
+	mw.buf, mw.n = mw.z.Fragment(final)
 	err := mw.sendFrame(final)
-	d.writeSink.buf, d.writeSink.n = mw.buf, maxHeaderSize
+	mw.z.Sent()
 	mw.buf = nil
 	return err
 }
@@ -532,17 +507,17 @@ func (mw *messageWriter) Close() error {
 
 // finish sends the last frame.
 func (mw *messageWriter) finish() error {
-	if mw.fw == nil && !mw.decided {
-		if d := mw.c.deflate; d != nil && mw.n >= d.threshold {
+	if mw.z == nil && !mw.decided {
+		if d := mw.c.deflate; d != nil && mw.n >= d.Threshold() {
 			if err := mw.startCompress(); err != nil {
 				return err
 			}
 		}
 	}
-	if mw.fw == nil {
+	if mw.z == nil {
 		return mw.sendFrame(true)
 	}
-	if err := mw.fw.Flush(); err != nil {
+	if err := mw.z.Flush(); err != nil {
 		mw.err = err
 		return err
 	}
@@ -561,18 +536,9 @@ func (mw *messageWriter) release() {
 	if mw.err == nil {
 		c.sent(mw.msgOp, mw.payload, mw.wire)
 	}
-	if mw.fw != nil {
-		d := c.deflate
-		bufpool.Put(d.writeSink.buf)
-		d.writeSink = sink{}
-		if d.writeNoCtx || c.closing.has(closeEnded) || mw.err != nil || d.fw != nil {
-			d.putWriter(mw.fw)
-		} else {
-			d.fw = mw.fw
-			d.usedRecently = true
-			c.armIdleRelease()
-		}
-		mw.fw = nil
+	if mw.z != nil {
+		mw.z.End(!c.closing.has(closeEnded) && mw.err == nil)
+		mw.z = nil
 	}
 	w.writerOpen.Store(false)
 	w.pingDue.Store(false) // the outbox sends a ping still due
@@ -588,7 +554,7 @@ func (mw *messageWriter) release() {
 // bytes go through a pooled buffer to the compressor.
 func (mw *messageWriter) ReadFrom(r io.Reader) (int64, error) {
 	var total int64
-	for mw.fw == nil {
+	for mw.z == nil {
 		if mw.done {
 			return total, errClosed
 		}

@@ -16,6 +16,7 @@ import (
 	"testing/iotest"
 	"time"
 
+	"github.com/gustws/gust/internal/deflate"
 	"github.com/stretchr/testify/require"
 )
 
@@ -690,8 +691,8 @@ type differentialRun struct {
 }
 
 // runDifferential runs a server Conn over in, served in pieces cut by
-// seed, with permessage-deflate (context takeover) when deflate is set.
-func runDifferential(t *testing.T, in []byte, seed uint64, opts Options, deflate bool) differentialRun {
+// seed, with permessage-deflate (context takeover) when compressed is set.
+func runDifferential(t *testing.T, in []byte, seed uint64, opts Options, compressed bool) differentialRun {
 	rng := rand.New(rand.NewPCG(seed, uint64(len(in))))
 	fc := &fuzzConn{in: bytes.Clone(in), rng: rng, step: []int{1, 7, 64, 1024}[seed%4]}
 	var run differentialRun
@@ -700,9 +701,8 @@ func runDifferential(t *testing.T, in []byte, seed uint64, opts Options, deflate
 	opts.MaxMessageSize = fuzzMaxMessage
 	opts.DisableRecovery = true
 	c := newConn(fc, newConfig(opts, true), mh, true, nil, "")
-	if deflate {
-		cfg := CompressionOptions{Enabled: true}.rfc(true)
-		c.deflate = newDeflateState(deflateParams{serverMaxWindowBits: 15, clientMaxWindowBits: 15}, &cfg, true)
+	if compressed {
+		useDeflate(c, deflate.Params{ServerMaxWindowBits: 15, ClientMaxWindowBits: 15})
 	}
 	c.ReadLoop()
 	require.Equal(t, 1, h.closes, "OnClose calls")

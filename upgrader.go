@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gustws/gust/internal/deflate"
 	"github.com/gustws/gust/internal/handshake"
 )
 
@@ -205,7 +206,7 @@ func (u *Upgrader) upgrade(w http.ResponseWriter, r *http.Request) (*Conn, error
 type handshakeResult struct {
 	key         string
 	subprotocol string
-	deflate     *deflateParams
+	deflate     *deflate.Params
 }
 
 // checkRequest checks a handshake request (RFC 6455 §4.2.1) and settles the
@@ -264,9 +265,9 @@ func (cfg *config) checkRequest(r *http.Request) (hs handshakeResult, herr *Hand
 		return fail(http.StatusForbidden, "origin not allowed")
 	}
 	hs = handshakeResult{key: key, subprotocol: cfg.selectSubprotocol(r.Header)}
-	if cfg.deflate.enabled {
+	if cfg.deflate.Enabled {
 		offers, _ := handshake.Extensions(r.Header) // a malformed header declines compression
-		if p, ok := negotiateDeflate(offers, &cfg.deflate); ok {
+		if p, ok := deflate.Negotiate(offers, &cfg.deflate); ok {
 			hs.deflate = &p
 		}
 	}

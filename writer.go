@@ -78,7 +78,7 @@ func (c *Conn) writeMessage(op Opcode, p []byte, compress bool) error {
 // was negotiated, compress is set and p reaches the threshold.
 func (c *Conn) writeMessageLocked(op Opcode, p []byte, compress bool) error {
 	d := c.deflate
-	if !compress || d == nil || len(p) < d.threshold {
+	if !compress || d == nil || len(p) < d.Threshold() {
 		err := c.writeFrameLocked(op, p)
 		if err == nil {
 			c.sent(op, len(p), len(p))
@@ -88,11 +88,10 @@ func (c *Conn) writeMessageLocked(op Opcode, p []byte, compress bool) error {
 	if err := c.writableLocked(); err != nil {
 		return err
 	}
-	buf, n, err := d.compress(p)
+	buf, n, err := d.Compress(p)
 	if err != nil {
 		return c.writeFailed(err)
 	}
-	c.armIdleRelease()
 	err = c.writeFrameLocked(op|rsv1, (*buf)[:n])
 	bufpool.Put(buf)
 	if err == nil {
@@ -151,7 +150,7 @@ func (c *Conn) writePreparedLocked(pm *PreparedMessage) error {
 		return err
 	}
 	d := c.deflate
-	if d == nil || len(pm.payload) < d.threshold {
+	if d == nil || len(pm.payload) < d.Threshold() {
 		err := c.writeEncodedLocked(pm.plain)
 		if err == nil {
 			c.sent(pm.op, len(pm.payload), len(pm.payload))
@@ -162,13 +161,7 @@ func (c *Conn) writePreparedLocked(pm *PreparedMessage) error {
 	if err != nil {
 		return err
 	}
-	if d.fw != nil {
-		// The peer's window now holds this message, which the connection's
-		// own compressor has not seen: its back-references would be off.
-		// The next message starts from an empty window instead.
-		d.putWriter(d.fw)
-		d.fw = nil
-	}
+	d.DropContext() // the peer's window holds f, which the compressor has not seen
 	err = c.writeEncodedLocked(f)
 	if err == nil {
 		c.sent(pm.op, len(pm.payload), framePayloadLen(f))
@@ -398,40 +391,4 @@ func (c *Conn) writeFailed(err error) error {
 	}
 	c.abort(err)
 	return err
-}
-
-// armIdleRelease schedules the release of a held compressor; the caller
-// holds the write lock.
-func (c *Conn) armIdleRelease() {
-	d := c.deflate
-	if d.fw == nil || d.timerArmed {
-		return
-	}
-	d.timerArmed = true
-	if d.idleTimer == nil {
-		d.idleTimer = time.AfterFunc(deflateIdleRelease, c.releaseIdleCompressor)
-	} else {
-		d.idleTimer.Reset(deflateIdleRelease)
-	}
-}
-
-// releaseIdleCompressor runs on a timer: it gives the compressor back when
-// nothing was compressed since the last check, and looks again later
-// otherwise.
-func (c *Conn) releaseIdleCompressor() {
-	c.wr.mu.Lock()
-	defer c.wr.mu.Unlock()
-	d := c.deflate
-	if d.fw == nil || c.closing.has(closeEnded) {
-		d.timerArmed = false
-		return
-	}
-	if d.usedRecently {
-		d.usedRecently = false
-		d.idleTimer.Reset(deflateIdleRelease)
-		return
-	}
-	d.putWriter(d.fw)
-	d.fw = nil
-	d.timerArmed = false
 }
