@@ -63,9 +63,9 @@ func (c *Conn) writeBacklogLocked() error {
 }
 
 // releaseBacklog gives the backlog back when the connection ends.
-func (c *Conn) releaseBacklog() {
-	if c.wr.backlog != nil {
-		bufpool.Put(c.wr.backlog)
-		c.wr.backlog = nil
+func (w *writeState) releaseBacklog() {
+	if w.backlog != nil {
+		bufpool.Put(w.backlog)
+		w.backlog = nil
 	}
 }

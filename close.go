@@ -15,13 +15,18 @@ import (
 // The closing handshake: the close state, Close and CloseNow, the close
 // frame, failing a connection and lingering for the peer, and finishing it.
 
-// closeState is how far a connection has got in ending: the steps below,
-// each taken once and never undone (but for a pending Conn's opening), and
-// the code of the close frame gust sent, in one word changed atomically.
-// Any goroutine may read it; the steps the write path checks (closeWriting,
-// closeSent, closeEnded) are taken under the write lock, so that a write
-// holding it sees none taken meanwhile.
-type closeState struct{ v atomic.Uint32 }
+// closeState is how far a connection has got in ending, and why: the steps
+// below, each taken once and never undone (but for a pending Conn's
+// opening), and the code of the close frame gust sent, in one word changed
+// atomically; and the reason recorded for OnClose when something outside
+// the read loop ends the connection. Any goroutine may read it; the steps
+// the write path checks (closeWriting, closeSent, closeEnded) are taken
+// under the write lock, so that a write holding it sees none taken
+// meanwhile.
+type closeState struct {
+	why atomic.Pointer[error] // the first reason recorded
+	v   atomic.Uint32
+}
 
 const (
 	closeWriting  uint32 = 1 << iota // writeCloseFrame is writing: the one write allowed once the connection is ending
@@ -72,6 +77,18 @@ func (s *closeState) sentCode() StatusCode { return StatusCode(s.v.Load() >> sen
 // received records the peer's close frame and reports whether the peer
 // started the closing handshake: gust had not sent its own close frame.
 func (s *closeState) received() (byPeer bool) { return s.v.Or(closeReceived)&closeSent == 0 }
+
+// record keeps err as the reason the connection ends, unless one is kept
+// already.
+func (s *closeState) record(err error) { s.why.CompareAndSwap(nil, &err) }
+
+// recorded returns the reason record kept, or nil.
+func (s *closeState) recorded() error {
+	if p := s.why.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
 
 // Close starts the closing handshake: it sends a close frame with code and
 // reason, after which no more messages can be written, and returns; the
@@ -228,8 +245,8 @@ func (c *Conn) finish(err error) {
 		c.wr.writerEnd.Broadcast() // writes waiting for a NextWriter fail now
 	}
 	sent := c.closing.sentCode()
-	c.releaseWriteBuffer()
-	c.releaseBacklog()
+	c.wr.releaseBuffer()
+	c.wr.releaseBacklog()
 	if c.deflate != nil {
 		c.deflate.Release()
 	}
@@ -237,9 +254,9 @@ func (c *Conn) finish(err error) {
 	if c.rd != nil {
 		c.rd.releaseAll()
 	}
-	c.closeOutbox()
+	c.wr.closeOutbox()
 	c.inflight.Wait()
-	if rec := c.recorded(); rec != nil {
+	if rec := c.closing.recorded(); rec != nil {
 		// The recorded reason wins over an I/O error, and the peer's close
 		// frame over the reason, except for a slow consumer: its peer only
 		// answered the 1008 gust sent.
@@ -270,21 +287,9 @@ func (c *Conn) callOnClose(err error) {
 // abort records err as the reason the connection ends, unless one is
 // recorded already, and closes the net.Conn so that the read loop stops.
 func (c *Conn) abort(err error) {
-	c.record(err)
+	c.closing.record(err)
 	c.closeNet()
 	c.wake() // a parked connection has no goroutine to see the socket closed
-}
-
-// record keeps err as the reason the connection ends, unless one is kept
-// already.
-func (c *Conn) record(err error) { c.err.CompareAndSwap(nil, &err) }
-
-// recorded returns the reason record kept, or nil.
-func (c *Conn) recorded() error {
-	if p := c.err.Load(); p != nil {
-		return *p
-	}
-	return nil
 }
 
 func (c *Conn) closeNet() {

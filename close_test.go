@@ -151,8 +151,8 @@ func TestProtocolErrorAfterOurClose(t *testing.T) {
 }
 
 // TestCloseState walks the close state through its steps: each is taken
-// once, the sent code sits beside them, and a pending Conn's opening is the
-// one step undone.
+// once, the sent code sits beside them, a pending Conn's opening is the one
+// step undone, and the first reason recorded is kept.
 func TestCloseState(t *testing.T) {
 	t.Parallel()
 	var s closeState
@@ -184,4 +184,9 @@ func TestCloseState(t *testing.T) {
 	require.True(t, peer.startSending())
 	peer.sent()
 	require.Zero(t, peer.sentCode(), "a close frame whose flush failed has no code")
+
+	require.NoError(t, peer.recorded())
+	peer.record(ErrSlowConsumer)
+	peer.record(errClosedNow)
+	require.Equal(t, ErrSlowConsumer, peer.recorded(), "the first reason stays")
 }

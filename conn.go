@@ -46,9 +46,8 @@ type Conn struct {
 	np   *netpoll.Sock // its own socket in netpoll mode (Options.Netpoll), also c.conn; nil in goroutine mode
 
 	started atomic.Bool
-	closing closeState            // how far it has got in ending (close.go)
-	trackAt int32                 // its index in tracker.conns, under the tracker's lock
-	err     atomic.Pointer[error] // the first error that ended the connection outside the read loop
+	trackAt int32      // its index in tracker.conns, under the tracker's lock
+	closing closeState // how far it has got in ending, and why (close.go)
 
 	pings pingSet    // Pings waiting for their pongs
 	hb    *heartbeat // its place in the heartbeats' wheel while ReadLoop runs, if Options.PingInterval is set

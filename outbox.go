@@ -358,7 +358,7 @@ func (c *Conn) closeSlowLocked() error {
 	discarded := all[o.head:]
 	o.queue, o.head = nil, 0
 	o.state = outboxClosing
-	c.record(ErrSlowConsumer)
+	c.closing.record(ErrSlowConsumer)
 	// The close frame goes out once the socket takes the write in progress;
 	// a peer that does not read for CloseTimeout is cut without it.
 	time.AfterFunc(c.cfg.CloseTimeout, c.cutSlow)
@@ -393,11 +393,11 @@ func (c *Conn) cutSlow() {
 
 // closeOutbox refuses further messages once the connection has ended; a
 // running writer still gives what is queued its error.
-func (c *Conn) closeOutbox() {
-	if c.wr.out.CompareAndSwap(nil, outboxEnded) {
+func (w *writeState) closeOutbox() {
+	if w.out.CompareAndSwap(nil, outboxEnded) {
 		return
 	}
-	o := c.wr.out.Load()
+	o := w.out.Load()
 	if o == outboxEnded {
 		return
 	}

@@ -197,7 +197,7 @@ func (c *Conn) writableLocked() error {
 	if c.closing.has(closeEnded | closeSent) {
 		return errClosed
 	}
-	if c.err.Load() != nil && !c.closing.has(closeWriting) {
+	if c.closing.recorded() != nil && !c.closing.has(closeWriting) {
 		// Ending (abort, or OutboxCloseSlow): writes waiting for their
 		// turn must not go before a slow consumer's close frame.
 		return errClosed
@@ -251,7 +251,7 @@ func (c *Conn) writeFrameLocked(op Opcode, p []byte) error {
 			w.buf = bufpool.Get(limit)
 			*w.buf = (*w.buf)[:0]
 		}
-		c.appendFrame(hn, p, key)
+		w.appendFrame(hn, p, !c.server, key)
 		if w.corked {
 			return c.flushEarlyLocked()
 		}
@@ -261,17 +261,16 @@ func (c *Conn) writeFrameLocked(op Opcode, p []byte) error {
 	return c.writeLarge(hn, p, key, limit)
 }
 
-// appendFrame appends the header in w.hdr and p, masked on the client side,
-// to the cork buffer, which has room for both.
-func (c *Conn) appendFrame(hn int, p []byte, key [4]byte) {
-	w := &c.wr
+// appendFrame appends the header in w.hdr and p, masked with key if masked
+// (the client side), to the cork buffer, which has room for both.
+func (w *writeState) appendFrame(hn int, p []byte, masked bool, key [4]byte) {
 	b := append(*w.buf, w.hdr[:hn]...)
 	n := len(b)
 	b = b[:n+len(p)]
-	if c.server {
-		copy(b[n:], p)
-	} else {
+	if masked {
 		mask.ApplyCopy(b[n:], p, key, 0)
+	} else {
+		copy(b[n:], p)
 	}
 	*w.buf = b
 }
@@ -319,14 +318,15 @@ func (c *Conn) flushLocked() error {
 	if len(*w.buf) > 0 && w.err == nil {
 		_, err = c.netWrite(*w.buf)
 	}
-	c.releaseWriteBuffer()
+	w.releaseBuffer()
 	return c.writeFailed(err)
 }
 
-func (c *Conn) releaseWriteBuffer() {
-	if c.wr.buf != nil {
-		bufpool.Put(c.wr.buf)
-		c.wr.buf = nil
+// releaseBuffer gives the cork buffer back.
+func (w *writeState) releaseBuffer() {
+	if w.buf != nil {
+		bufpool.Put(w.buf)
+		w.buf = nil
 	}
 }
 
