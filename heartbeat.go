@@ -191,11 +191,11 @@ func (c *Conn) queuePing() {
 	if c.wr.writerOpen.Load() {
 		c.wr.pingDue.Store(true)
 	}
-	o := c.wr.box()
+	o := c.box()
 	o.mu.Lock()
 	if o.state != outboxOpen {
 		o.mu.Unlock()
 		return
 	}
-	c.pushLocked(outboxItem{op: opPing})
+	o.pushLocked(outboxItem{op: opPing})
 }

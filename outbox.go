@@ -63,25 +63,29 @@ func (p OutboxPolicy) String() string {
 }
 
 // outbox is a connection's queue of asynchronous writes. A writer goroutine
-// runs while it is not empty (drainOutbox); its fields are guarded by mu,
-// which is never held while writing to the socket.
+// runs while it is not empty (drain); its fields are guarded by mu, which
+// is never held while writing to the socket.
 type outbox struct {
+	c     *Conn
 	mu    sync.Mutex
 	queue []outboxItem // queue[head:] waits to be written, oldest first
-	head  int          // the slots before it were emptied by OutboxDropOldest
+	head  int32        // the slots before it were emptied by OutboxDropOldest
 	busy  bool         // a writer goroutine runs
 	state uint8
 }
 
-// box returns the connection's outbox, made by the first call: most
-// connections never queue a message.
-func (w *writeState) box() *outbox {
-	if o := w.out.Load(); o != nil {
+// box returns c's outbox, made by the first call: most connections never
+// queue a message.
+func (c *Conn) box() *outbox {
+	if o := c.wr.out.Load(); o != nil {
 		return o
 	}
-	w.out.CompareAndSwap(nil, new(outbox))
-	return w.out.Load()
+	c.wr.out.CompareAndSwap(nil, &outbox{c: c})
+	return c.wr.out.Load()
 }
+
+// queued returns how many items wait in the queue.
+func (o *outbox) queued() int { return len(o.queue) - int(o.head) }
 
 // outboxEnded is the outbox of every connection that ended before it
 // queued anything: closed, so that nothing is ever queued in it.
@@ -204,20 +208,20 @@ func (c *Conn) enqueue(it outboxItem) error {
 	if c.closing.has(closeSent) {
 		return errClosed
 	}
-	o := c.wr.box()
+	o := c.box()
 	var dropped outboxItem
 	o.mu.Lock()
 	if o.state != outboxOpen {
 		o.mu.Unlock()
 		return errClosed
 	}
-	full := len(o.queue)-o.head >= c.cfg.OutboxSize
+	full := o.queued() >= c.cfg.OutboxSize
 	if full {
 		switch c.cfg.OutboxPolicy {
 		case OutboxDropOldest:
 			dropped = o.dropOldestLocked()
 		case OutboxCloseSlow:
-			return c.closeSlowLocked()
+			return o.closeSlowLocked()
 		case OutboxDropNewest:
 			o.mu.Unlock()
 			c.dropped(1)
@@ -235,11 +239,11 @@ func (c *Conn) enqueue(it outboxItem) error {
 		m.Queued(c, -1)
 		m.Dropped(c, 1)
 	}
-	if !o.busy && len(o.queue) == o.head && c.rawWrites() {
-		c.writeNowLocked(it)
+	if !o.busy && o.queued() == 0 && c.rawWrites() {
+		o.writeNowLocked(it)
 		return nil
 	}
-	c.pushLocked(it)
+	o.pushLocked(it)
 	if dropped.done != nil {
 		dropped.done(ErrQueueFull)
 	}
@@ -255,9 +259,9 @@ func (c *Conn) enqueue(it outboxItem) error {
 // writer goroutine instead) and not for the socket (what the socket does
 // not take at once goes to the connection's backlog, which a writer
 // goroutine writes under the write timeout before anything else).
-func (c *Conn) writeNowLocked(it outboxItem) {
-	o := c.wr.box()
-	c.startWriterLocked()
+func (o *outbox) writeNowLocked(it outboxItem) {
+	c := o.c
+	o.startWriterLocked()
 	o.mu.Unlock()
 	w := &c.wr
 	locked := w.mu.TryLock()
@@ -272,7 +276,7 @@ func (c *Conn) writeNowLocked(it outboxItem) {
 			m.Queued(c, 1)
 		}
 		o.mu.Unlock()
-		go c.drainOutbox()
+		go o.drain()
 		return
 	}
 	loop := w.noWait // an event loop dispatches: it writes the backlog
@@ -285,9 +289,9 @@ func (c *Conn) writeNowLocked(it outboxItem) {
 		it.done(err)
 	}
 	o.mu.Lock()
-	if backlog || len(o.queue) > o.head || o.state == outboxClosing {
+	if backlog || o.queued() > 0 || o.state == outboxClosing {
 		o.mu.Unlock()
-		go c.drainOutbox() // still counted as the writer
+		go o.drain() // still counted as the writer
 		return
 	}
 	o.busy = false
@@ -299,16 +303,15 @@ func (c *Conn) writeNowLocked(it outboxItem) {
 // releases o.mu, starting the writer unless it runs. The report is made
 // under o.mu, so that the writer's report of taking the message comes after
 // it: the sum of Queued never goes below 0.
-func (c *Conn) pushLocked(it outboxItem) {
-	o := c.wr.box()
+func (o *outbox) pushLocked(it outboxItem) {
 	o.queue = append(roomFor(o.queue), it)
-	if m := c.cfg.Metrics; m != nil {
-		m.Queued(c, 1)
+	if m := o.c.cfg.Metrics; m != nil {
+		m.Queued(o.c, 1)
 	}
-	start := c.startWriterLocked()
+	start := o.startWriterLocked()
 	o.mu.Unlock()
 	if start {
-		go c.drainOutbox()
+		go o.drain()
 	}
 }
 
@@ -321,16 +324,15 @@ func (c *Conn) dropped(n int) {
 }
 
 // startWriterLocked marks the writer as running and reports whether the
-// caller must start it. The writer is counted in c.inflight, under o.mu
-// while the outbox is open, so that finish (which closes the outbox first)
-// waits for it.
-func (c *Conn) startWriterLocked() bool {
-	o := c.wr.box()
+// caller must start it. The writer is counted in the Conn's inflight, under
+// o.mu while the outbox is open, so that finish (which closes the outbox
+// first) waits for it.
+func (o *outbox) startWriterLocked() bool {
 	if o.busy {
 		return false
 	}
 	o.busy = true
-	c.inflight.Add(1)
+	o.c.inflight.Add(1)
 	return true
 }
 
@@ -341,7 +343,7 @@ func (o *outbox) dropOldestLocked() outboxItem {
 	it := o.queue[o.head]
 	o.queue[o.head] = outboxItem{}
 	o.head++
-	if o.head >= len(o.queue)-o.head {
+	if int(o.head) >= o.queued() {
 		n := copy(o.queue, o.queue[o.head:])
 		clear(o.queue[n:])
 		o.queue, o.head = o.queue[:n], 0
@@ -352,8 +354,8 @@ func (o *outbox) dropOldestLocked() outboxItem {
 // closeSlowLocked applies OutboxCloseSlow and unlocks o.mu: the queue goes,
 // the reason is recorded for OnClose, and the writer sends the close frame
 // once the batch it may be writing is out.
-func (c *Conn) closeSlowLocked() error {
-	o := c.wr.box()
+func (o *outbox) closeSlowLocked() error {
+	c := o.c
 	all := o.queue
 	discarded := all[o.head:]
 	o.queue, o.head = nil, 0
@@ -362,10 +364,10 @@ func (c *Conn) closeSlowLocked() error {
 	// The close frame goes out once the socket takes the write in progress;
 	// a peer that does not read for CloseTimeout is cut without it.
 	time.AfterFunc(c.cfg.CloseTimeout, c.cutSlow)
-	start := c.startWriterLocked()
+	start := o.startWriterLocked()
 	o.mu.Unlock()
 	if start {
-		go c.drainOutbox()
+		go o.drain()
 	}
 	if m := c.cfg.Metrics; m != nil {
 		if len(discarded) > 0 {
@@ -406,10 +408,11 @@ func (w *writeState) closeOutbox() {
 	o.mu.Unlock()
 }
 
-// drainOutbox is the writer goroutine: it writes the queue a batch at a
-// time and exits when it is empty, or once it has sent the close frame of
-// a connection closed as slow.
-func (c *Conn) drainOutbox() {
+// drain is the writer goroutine: it writes the queue a batch at a time and
+// exits when it is empty, or once it has sent the close frame of a
+// connection closed as slow.
+func (o *outbox) drain() {
+	c := o.c
 	defer c.inflight.Done()
 	if c.rawWrites() {
 		// What the socket did not take from a write that could not wait
@@ -422,7 +425,6 @@ func (c *Conn) drainOutbox() {
 		}
 		w.mu.Unlock()
 	}
-	o := c.wr.box()
 	var spare []outboxItem // the last batch's slice, for the queue to reuse
 	o.mu.Lock()
 	for {
@@ -433,7 +435,7 @@ func (c *Conn) drainOutbox() {
 			c.startClose(StatusPolicyViolation, "slow consumer")
 			return
 		}
-		if len(o.queue) == o.head {
+		if o.queued() == 0 {
 			o.busy = false
 			releaseOutbox(o.queue)
 			o.queue, o.head = nil, 0

@@ -232,7 +232,7 @@ func TestOutboxDropOldestKeepsTheLatest(t *testing.T) {
 	for i := range 1000 {
 		require.NoError(t, c.WriteAsync(OpText, []byte{byte('0' + i%10)}, nil))
 	}
-	o := c.wr.box()
+	o := c.box()
 	o.mu.Lock()
 	require.LessOrEqual(t, cap(o.queue), 16)
 	o.mu.Unlock()
