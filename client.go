@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/gustws/gust/internal/deflate"
+	"github.com/gustws/gust/internal/h2conn"
 	"github.com/gustws/gust/internal/handshake"
 	"github.com/gustws/gust/internal/proxy"
 )
@@ -396,6 +397,45 @@ func (d *dialer) handshake(ctx context.Context, nc, raw net.Conn, u *url.URL, h 
 		h = BuiltinEventHandler{}
 	}
 	c := newConn(nc, d.cfg, h, false, buffered, subprotocol)
+	if params != nil {
+		c.deflate = deflate.NewState(*params, &d.cfg.deflate, false, &c.wr.mu)
+	}
+	return c, resp, nil
+}
+
+// handshakeH2 opens the WebSocket as an extended CONNECT stream on tc, a
+// TLS connection that negotiated h2 (RFC 8441 §4, h2conn.Connect). When the
+// server does not allow extended CONNECT, or answers it with a
+// Content-Length, the error wraps errTryHTTP1.
+func (d *dialer) handshakeH2(ctx context.Context, tc *tls.Conn, u *url.URL, h Event, release func() error) (*Conn, *http.Response, error) {
+	if err := release(); err != nil {
+		tc.Close()
+		return nil, nil, dialFailed(ctx, err)
+	}
+	fields := handshake.ClientFields(d.header, d.protocol, d.offer)
+	s, resp, err := h2conn.Connect(ctx, tc, u, d.host, fields)
+	if errors.Is(err, h2conn.ErrNoExtendedConnect) || errors.Is(err, h2conn.ErrContentLength) {
+		return nil, nil, fmt.Errorf("%w: %w", errTryHTTP1, err)
+	}
+	if err == nil && (resp.StatusCode < 200 || resp.StatusCode > 299) {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxRefusalBody))
+		err = &HandshakeError{URL: u.Redacted(), Status: resp.StatusCode, Header: resp.Header, Body: body}
+	}
+	var subprotocol string
+	var params *deflate.Params
+	if err == nil {
+		subprotocol, params, err = d.checkNegotiated(resp.Header)
+	}
+	if err != nil {
+		if s != nil {
+			s.Close()
+		}
+		return nil, resp, dialFailed(ctx, err)
+	}
+	if h == nil {
+		h = BuiltinEventHandler{}
+	}
+	c := newConn(s, d.cfg, h, false, nil, subprotocol)
 	if params != nil {
 		c.deflate = deflate.NewState(*params, &d.cfg.deflate, false, &c.wr.mu)
 	}

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gustws/gust/internal/h2conn"
 	"github.com/stretchr/testify/require"
 )
 
@@ -306,7 +307,7 @@ func startH2Child(t *testing.T) (addr string, pool *x509.CertPool) {
 }
 
 // TestDialH2FallsBackWithoutExtendedConnect dials a Go HTTP/2 server that
-// does not offer extended CONNECT. handshakeH2 recognises net/http's
+// does not offer extended CONNECT. h2conn.Connect recognises net/http's
 // refusal by its message (net/http exports no error for it), so this test
 // is what notices when the message changes.
 func TestDialH2FallsBackWithoutExtendedConnect(t *testing.T) {
@@ -316,7 +317,8 @@ func TestDialH2FallsBackWithoutExtendedConnect(t *testing.T) {
 	opts := &DialOptions{TLSConfig: &tls.Config{RootCAs: pool},
 		NetDialContext: countDials(&dials), HTTP2: true}
 
-	// The HTTP/2 attempt alone: it must end in errNoExtendedConnect.
+	// The HTTP/2 attempt alone: it must end in h2conn.ErrNoExtendedConnect,
+	// which tells Dial to try HTTP/1.1.
 	ctx := testContext(t)
 	d, err := newDialer(opts)
 	require.NoError(t, err)
@@ -329,7 +331,9 @@ func TestDialH2FallsBackWithoutExtendedConnect(t *testing.T) {
 	tc := nc.(*tls.Conn)
 	require.Equal(t, "h2", tc.ConnectionState().NegotiatedProtocol)
 	_, _, err = d.handshakeH2(ctx, tc, wsURL, nil, guard(ctx, raw))
-	require.ErrorIs(t, err, errNoExtendedConnect)
+	require.ErrorIs(t, err, h2conn.ErrNoExtendedConnect)
+	require.ErrorIs(t, err, errTryHTTP1)
+	require.EqualError(t, err, "gust: no WebSocket over this HTTP/2 server: it does not allow extended CONNECT")
 
 	// Dial: the same attempt, then HTTP/1.1 on a new connection.
 	dials.Store(0)

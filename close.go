@@ -208,7 +208,7 @@ func (c *Conn) failAndLinger(code StatusCode, reason string) {
 	if c.writeCloseFrame(code, reason) != nil {
 		return
 	}
-	if _, ok := c.conn.(interface{ delivered() }); ok {
+	if _, ok := c.conn.(interface{ Delivered() }); ok {
 		return // the transport delivers what was sent before it ends: no reset to fear
 	}
 	if cw, ok := c.conn.(interface{ CloseWrite() error }); ok {

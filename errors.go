@@ -280,18 +280,6 @@ var (
 )
 
 // errTryHTTP1 is wrapped by the errors of handshakeH2 after which Dial
-// redoes the handshake over HTTP/1.1, on a new connection.
+// redoes the handshake over HTTP/1.1, on a new connection: with
+// h2conn.ErrNoExtendedConnect or h2conn.ErrContentLength.
 var errTryHTTP1 = errors.New("gust: no WebSocket over this HTTP/2 server")
-
-var (
-	// errNoExtendedConnect reports an HTTP/2 server that did not announce
-	// SETTINGS_ENABLE_CONNECT_PROTOCOL.
-	errNoExtendedConnect = fmt.Errorf("%w: it does not allow extended CONNECT", errTryHTTP1)
-
-	// errConnectContentLength reports an HTTP/2 server that sent a
-	// Content-Length on its 2xx answer to the extended CONNECT, which RFC
-	// 9110 §9.3.6 forbids. The RFC tells clients to ignore it, but
-	// net/http's HTTP/2 transport ends the stream with an error once that
-	// many bytes have come, and has no setting to make it ignore the header.
-	errConnectContentLength = fmt.Errorf("%w: it sent Content-Length on its answer to CONNECT", errTryHTTP1)
-)

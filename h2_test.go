@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gustws/gust/internal/h2conn"
 	"github.com/stretchr/testify/require"
 )
 
@@ -120,8 +121,8 @@ func (s *h2ClientStream) Close() error {
 	s.cancel()
 	return s.body.Close()
 }
-func (s *h2ClientStream) LocalAddr() net.Addr              { return h2Addr("client") }
-func (s *h2ClientStream) RemoteAddr() net.Addr             { return h2Addr("server") }
+func (s *h2ClientStream) LocalAddr() net.Addr              { return h2conn.Addr("client") }
+func (s *h2ClientStream) RemoteAddr() net.Addr             { return h2conn.Addr("server") }
 func (s *h2ClientStream) SetDeadline(time.Time) error      { return nil }
 func (s *h2ClientStream) SetReadDeadline(time.Time) error  { return nil }
 func (s *h2ClientStream) SetWriteDeadline(time.Time) error { return nil }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gustws/gust/internal/h2conn"
 	"github.com/stretchr/testify/require"
 )
 
@@ -208,8 +209,8 @@ type handshakeConn struct {
 func (c *handshakeConn) Read(p []byte) (int, error)       { return c.r.Read(p) }
 func (c *handshakeConn) Write(p []byte) (int, error)      { return len(p), nil }
 func (c *handshakeConn) Close() error                     { return nil }
-func (c *handshakeConn) LocalAddr() net.Addr              { return h2Addr("127.0.0.1:80") }
-func (c *handshakeConn) RemoteAddr() net.Addr             { return h2Addr("127.0.0.1:5000") }
+func (c *handshakeConn) LocalAddr() net.Addr              { return h2conn.Addr("127.0.0.1:80") }
+func (c *handshakeConn) RemoteAddr() net.Addr             { return h2conn.Addr("127.0.0.1:5000") }
 func (c *handshakeConn) SetDeadline(time.Time) error      { return nil }
 func (c *handshakeConn) SetReadDeadline(time.Time) error  { return nil }
 func (c *handshakeConn) SetWriteDeadline(time.Time) error { return nil }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gustws/gust/internal/deflate"
+	"github.com/gustws/gust/internal/h2conn"
 	"github.com/gustws/gust/internal/handshake"
 )
 
@@ -199,6 +200,38 @@ func (u *Upgrader) upgrade(w http.ResponseWriter, r *http.Request) (*Conn, error
 	}
 	nc.SetDeadline(time.Time{})
 	c.open(nc, buffered, hs)
+	return c, nil
+}
+
+// upgradeH2 answers an RFC 8441 extended CONNECT with 200 and makes a Conn
+// of the HTTP/2 stream (h2conn.Accept). The response carries the fields set
+// on w before Upgrade, then ResponseHeader's and extra's (OnRequest's),
+// except those the handshake sets itself; accept has checked them all.
+func (u *Upgrader) upgradeH2(w http.ResponseWriter, r *http.Request, cfg *config, c *Conn, hs handshakeResult, extra http.Header) (*Conn, error) {
+	h := w.Header()
+	for k := range h {
+		if responseOwn(k) {
+			delete(h, k)
+		}
+	}
+	if hs.subprotocol != "" {
+		h.Set("Sec-WebSocket-Protocol", hs.subprotocol)
+	}
+	if hs.deflate != nil {
+		h.Set("Sec-WebSocket-Extensions", hs.deflate.String())
+	}
+	for _, fields := range [...]http.Header{cfg.ResponseHeader, extra} {
+		for k, v := range fields {
+			if !responseOwn(k) {
+				h[k] = append(h[k], v...)
+			}
+		}
+	}
+	s, err := h2conn.Accept(w, r)
+	if err != nil {
+		return nil, fmt.Errorf("gust: flushing the HTTP/2 handshake response: %w", err)
+	}
+	c.open(s, nil, hs)
 	return c, nil
 }
 

@@ -1,7 +1,8 @@
-package gust
+package h2conn
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -13,27 +14,35 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"crypto/tls"
-
-	"github.com/gustws/gust/internal/deflate"
 )
 
-// handshakeH2 opens the WebSocket as an extended CONNECT stream on tc, a
-// TLS connection that negotiated h2 (RFC 8441 §4).
+// The answers of an HTTP/2 server after which a client may still open the
+// WebSocket over HTTP/1.1, on a new connection.
+var (
+	// ErrNoExtendedConnect reports a server that did not announce
+	// SETTINGS_ENABLE_CONNECT_PROTOCOL.
+	ErrNoExtendedConnect = errors.New("it does not allow extended CONNECT")
+
+	// ErrContentLength reports a server that sent a Content-Length on its
+	// 2xx answer to the extended CONNECT, which RFC 9110 §9.3.6 forbids.
+	// The RFC tells clients to ignore it, but net/http's HTTP/2 transport
+	// ends the stream with an error once that many bytes have come, and
+	// has no setting to make it ignore the header.
+	ErrContentLength = errors.New("it sent Content-Length on its answer to CONNECT")
+)
+
+// Connect sends an extended CONNECT for u with :protocol websocket and the
+// fields of header (RFC 8441 §4) on tc, a TLS connection that negotiated
+// h2, and returns the stream with the server's answer, whatever its
+// status. host, if not "", is the :authority instead of u's host. ctx
+// bounds the wait for the answer; the stream lasts until its Close, which
+// also closes tc. On an error, tc is closed.
 //
 // net/http's Transport refuses the :protocol pseudo-header an extended
 // CONNECT needs; the HTTP/2 transport it hands TLS connections to through
 // TLSNextProto["h2"] sends it, and waits for the server's SETTINGS to see
 // whether extended CONNECT is allowed.
-//
-// When the server does not allow extended CONNECT, or answers it with a
-// Content-Length, the error wraps errTryHTTP1.
-func (d *dialer) handshakeH2(ctx context.Context, tc *tls.Conn, u *url.URL, h Event, release func() error) (*Conn, *http.Response, error) {
-	if err := release(); err != nil {
-		tc.Close()
-		return nil, nil, dialFailed(ctx, err)
-	}
+func Connect(ctx context.Context, tc *tls.Conn, u *url.URL, host string, header http.Header) (*ClientStream, *http.Response, error) {
 	// DisableCompression: the transport must not ask for gzip, and so never
 	// try to gunzip the stream, whatever the server answers.
 	tr := &http.Transport{ForceAttemptHTTP2: true, TLSClientConfig: &tls.Config{}, DisableCompression: true}
@@ -41,91 +50,61 @@ func (d *dialer) handshakeH2(ctx context.Context, tc *tls.Conn, u *url.URL, h Ev
 	next := tr.TLSNextProto["h2"]
 	if next == nil {
 		tc.Close()
-		return nil, nil, errNoExtendedConnect
+		return nil, nil, ErrNoExtendedConnect
 	}
 	rt := next(u.Host, tc)
 
-	// The stream lives as long as the Conn, not as long as Dial's ctx.
+	// The stream lives as long as the Conn, not as long as ctx.
 	streamCtx, cancel := context.WithCancel(context.Background())
-	stop := context.AfterFunc(ctx, cancel) // until the handshake is done
+	stop := context.AfterFunc(ctx, cancel) // until the answer has come
 	pr, pw := io.Pipe()
+	fail := func(err error) (*ClientStream, *http.Response, error) {
+		cancel()
+		pw.Close()
+		tc.Close()
+		return nil, nil, err
+	}
 	hu := *u
 	hu.Scheme = "https"
 	req, err := http.NewRequestWithContext(streamCtx, http.MethodConnect, hu.String(), pr)
 	if err != nil {
-		cancel()
-		tc.Close()
-		return nil, nil, err
+		return fail(err)
 	}
-	if d.host != "" {
-		req.Host = d.host
+	if host != "" {
+		req.Host = host
 	}
-	for k, v := range d.header {
+	for k, v := range header {
 		req.Header[k] = v
 	}
 	req.Header.Set(":protocol", "websocket")
-	req.Header.Set("Sec-WebSocket-Version", "13")
-	if d.protocol != "" {
-		req.Header.Set("Sec-WebSocket-Protocol", d.protocol)
-	}
-	if d.offer != "" {
-		req.Header.Set("Sec-WebSocket-Extensions", d.offer)
-	}
-	fail := func(resp *http.Response, err error) (*Conn, *http.Response, error) {
-		cancel()
-		pw.Close()
-		tc.Close()
-		if errors.Is(err, errTryHTTP1) {
-			return nil, resp, err
-		}
-		return nil, resp, dialFailed(ctx, err)
-	}
 	resp, err := rt.RoundTrip(req)
 	if err != nil {
 		// net/http exports no error for this; its message is
 		// "net/http: extended connect not supported by peer", which
-		// TestDialH2FallsBackWithoutExtendedConnect guards.
+		// gust's TestDialH2FallsBackWithoutExtendedConnect guards.
 		if strings.Contains(err.Error(), "extended connect not supported") {
-			return fail(nil, errNoExtendedConnect)
+			return fail(ErrNoExtendedConnect)
 		}
-		return fail(nil, err)
+		return fail(err)
 	}
 	if !stop() && ctx.Err() != nil {
 		resp.Body.Close()
-		return fail(nil, ctx.Err())
+		return fail(ctx.Err())
 	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxRefusalBody))
-		resp.Body.Close()
-		return fail(resp, &HandshakeError{URL: u.Redacted(), Status: resp.StatusCode, Header: resp.Header, Body: body})
-	}
-	if resp.ContentLength >= 0 && len(resp.Header["Content-Length"]) > 0 {
+	if resp.StatusCode/100 == 2 && resp.ContentLength >= 0 && len(resp.Header["Content-Length"]) > 0 {
 		// The transport took the header as the body's length and will
 		// fail the stream past it (with no header, or one it cannot
 		// parse, ContentLength is -1).
 		resp.Body.Close()
-		return fail(nil, errConnectContentLength)
+		return fail(ErrContentLength)
 	}
-	subprotocol, params, err := d.checkNegotiated(resp.Header)
-	if err != nil {
-		resp.Body.Close()
-		return fail(resp, err)
-	}
-	if h == nil {
-		h = BuiltinEventHandler{}
-	}
-	s := &h2ClientConn{body: resp.Body, pw: pw, tc: tc, cancel: cancel}
-	c := newConn(s, d.cfg, h, false, nil, subprotocol)
-	if params != nil {
-		c.deflate = deflate.NewState(*params, &d.cfg.deflate, false, &c.wr.mu)
-	}
-	return c, resp, nil
+	return &ClientStream{body: resp.Body, pw: pw, tc: tc, cancel: cancel}, resp, nil
 }
 
-// h2ClientConn is a net.Conn over the client side of an extended CONNECT
+// ClientStream is a net.Conn over the client side of an extended CONNECT
 // stream: reads from the response body, writes into the request body. The
 // TCP connection carries this stream only, so deadlines are set on it.
-type h2ClientConn struct {
+type ClientStream struct {
 	body   io.ReadCloser
 	pw     *io.PipeWriter
 	tc     *tls.Conn
@@ -141,9 +120,9 @@ type h2ClientConn struct {
 	writing  atomic.Bool
 }
 
-func (s *h2ClientConn) Read(p []byte) (int, error) { return s.body.Read(p) }
+func (s *ClientStream) Read(p []byte) (int, error) { return s.body.Read(p) }
 
-func (s *h2ClientConn) Write(p []byte) (int, error) {
+func (s *ClientStream) Write(p []byte) (int, error) {
 	s.wmu.Lock()
 	expired := !s.deadline.IsZero() && !time.Now().Before(s.deadline)
 	s.wmu.Unlock()
@@ -157,13 +136,13 @@ func (s *h2ClientConn) Write(p []byte) (int, error) {
 }
 
 // writeExpired is the write deadline's timer.
-func (s *h2ClientConn) writeExpired() {
+func (s *ClientStream) writeExpired() {
 	if s.writing.Load() {
 		s.pw.CloseWithError(os.ErrDeadlineExceeded)
 	}
 }
 
-func (s *h2ClientConn) SetWriteDeadline(t time.Time) error {
+func (s *ClientStream) SetWriteDeadline(t time.Time) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	s.deadline = t
@@ -179,7 +158,7 @@ func (s *h2ClientConn) SetWriteDeadline(t time.Time) error {
 
 // Close ends the request body (END_STREAM), resets the stream and closes
 // the TCP connection.
-func (s *h2ClientConn) Close() error {
+func (s *ClientStream) Close() error {
 	err := net.ErrClosed
 	s.once.Do(func() {
 		s.pw.Close()
@@ -195,14 +174,14 @@ func (s *h2ClientConn) Close() error {
 	return err
 }
 
-func (s *h2ClientConn) LocalAddr() net.Addr  { return s.tc.LocalAddr() }
-func (s *h2ClientConn) RemoteAddr() net.Addr { return s.tc.RemoteAddr() }
-func (s *h2ClientConn) SetDeadline(t time.Time) error {
+func (s *ClientStream) LocalAddr() net.Addr  { return s.tc.LocalAddr() }
+func (s *ClientStream) RemoteAddr() net.Addr { return s.tc.RemoteAddr() }
+func (s *ClientStream) SetDeadline(t time.Time) error {
 	return errors.Join(s.SetReadDeadline(t), s.SetWriteDeadline(t))
 }
-func (s *h2ClientConn) SetReadDeadline(t time.Time) error { return s.tc.SetReadDeadline(t) }
+func (s *ClientStream) SetReadDeadline(t time.Time) error { return s.tc.SetReadDeadline(t) }
 
 // String names the stream in errors.
-func (s *h2ClientConn) String() string {
+func (s *ClientStream) String() string {
 	return fmt.Sprintf("HTTP/2 WebSocket stream to %v", s.tc.RemoteAddr())
 }
