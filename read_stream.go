@@ -10,6 +10,10 @@ import (
 	"github.com/gustws/gust/internal/mask"
 )
 
+// A message streamed to its handler (Options.StreamThreshold): OnMessage
+// reads it as an io.Reader while its frames arrive, so that it is never held
+// whole.
+
 // msgStream is the state of a streamed message (Options.StreamThreshold)
 // while OnMessage reads it, on the read goroutine.
 type msgStream struct {

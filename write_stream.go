@@ -9,6 +9,10 @@ import (
 	"github.com/gustws/gust/internal/mask"
 )
 
+// A message written in pieces: NextWriter's writer sends each fragment as
+// it fills, and WriteFrom sends what a reader yields, so that a message is
+// never held whole; other data messages wait for it (waitStreamLocked).
+
 // waitStreamLocked waits, releasing the write lock meanwhile, until no
 // NextWriter is open or the connection has ended: a data message may not go
 // between the fragments of another (RFC 6455 §5.4). Control frames do not
