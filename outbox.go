@@ -281,7 +281,7 @@ func (o *outbox) writeNowLocked(it outboxItem) {
 	}
 	loop := w.noWait // an event loop dispatches: it writes the backlog
 	w.noWait = true
-	err := c.writeItemLocked(&it)
+	err := o.writeItem(&it)
 	w.noWait = loop
 	backlog := w.backlog != nil && !loop
 	w.mu.Unlock()
@@ -363,7 +363,7 @@ func (o *outbox) closeSlowLocked() error {
 	c.closing.record(ErrSlowConsumer)
 	// The close frame goes out once the socket takes the write in progress;
 	// a peer that does not read for CloseTimeout is cut without it.
-	time.AfterFunc(c.cfg.CloseTimeout, c.cutSlow)
+	time.AfterFunc(c.cfg.CloseTimeout, o.cutSlow)
 	start := o.startWriterLocked()
 	o.mu.Unlock()
 	if start {
@@ -387,8 +387,8 @@ func (o *outbox) closeSlowLocked() error {
 // cutSlow ends a connection closed as slow whose close frame has not gone
 // out CloseTimeout after the outbox overflowed: the peer is not reading, and
 // the write blocked on it fails now.
-func (c *Conn) cutSlow() {
-	if !c.closing.has(closeSent | netClosed) {
+func (o *outbox) cutSlow() {
+	if c := o.c; !c.closing.has(closeSent | netClosed) {
 		c.abort(ErrSlowConsumer)
 	}
 }
@@ -451,7 +451,7 @@ func (o *outbox) drain() {
 			m.Queued(c, -len(batch))
 		}
 
-		err := c.writeBatch(batch)
+		err := o.writeBatch(batch)
 		for i := range batch {
 			if done := batch[i].done; done != nil {
 				done(err)
@@ -470,7 +470,8 @@ func (o *outbox) drain() {
 // write fails, every message of the batch gets the first error: the
 // connection is broken then, and how much of the corked bytes went out is
 // unknown.
-func (c *Conn) writeBatch(batch []outboxItem) error {
+func (o *outbox) writeBatch(batch []outboxItem) error {
+	c := o.c
 	w := &c.wr
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -478,12 +479,12 @@ func (c *Conn) writeBatch(batch []outboxItem) error {
 		c.waitStreamLocked() // a heartbeat's ping alone may go between fragments
 	}
 	if len(batch) == 1 {
-		return c.writeItemLocked(&batch[0])
+		return o.writeItem(&batch[0])
 	}
 	var err error
 	ferr := c.batchLocked(func() {
 		for i := range batch {
-			if e := c.writeItemLocked(&batch[i]); e != nil && err == nil {
+			if e := o.writeItem(&batch[i]); e != nil && err == nil {
 				err = e
 			}
 		}
@@ -497,12 +498,13 @@ func (c *Conn) writeBatch(batch []outboxItem) error {
 	return err
 }
 
-func (c *Conn) writeItemLocked(it *outboxItem) error {
+// writeItem writes it; the caller holds the write lock (not o.mu).
+func (o *outbox) writeItem(it *outboxItem) error {
 	if it.op == opPing { // a heartbeat's (queuePing)
-		return c.writeFrameLocked(opPing, nil)
+		return o.c.writeFrameLocked(opPing, nil)
 	}
 	if it.pm != nil {
-		return c.writePreparedLocked(it.pm)
+		return o.c.writePreparedLocked(it.pm)
 	}
-	return c.writeMessageLocked(it.op, it.p, true)
+	return o.c.writeMessageLocked(it.op, it.p, true)
 }
