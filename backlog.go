@@ -18,7 +18,7 @@ import "github.com/gustws/gust/internal/bufpool"
 func (c *Conn) netWriteBacklog(p []byte) (int, error) {
 	w := &c.wr
 	if w.backlog == nil {
-		n, err := c.tryWriteRaw(p)
+		n, err := c.tr.write(p, true)
 		if err != nil || n == len(p) {
 			return n, err
 		}
@@ -32,7 +32,7 @@ func (c *Conn) netWriteBacklog(p []byte) (int, error) {
 	if err := c.writeBacklogLocked(); err != nil {
 		return 0, err
 	}
-	return c.writeRaw(p)
+	return c.tr.write(p, false)
 }
 
 // appendBacklog keeps p after what the backlog holds, its capacity at least
@@ -56,7 +56,7 @@ func (c *Conn) writeBacklogLocked() error {
 	if w.backlog == nil {
 		return nil
 	}
-	_, err := c.writeRaw(*w.backlog)
+	_, err := c.tr.write(*w.backlog, false)
 	bufpool.Put(w.backlog)
 	w.backlog = nil
 	return err

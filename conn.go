@@ -13,7 +13,6 @@ import (
 
 	"github.com/gustws/gust/internal/bufpool"
 	"github.com/gustws/gust/internal/deflate"
-	"github.com/gustws/gust/internal/netpoll"
 )
 
 // Conn is a WebSocket connection, on the server or the client side. Conns
@@ -40,10 +39,9 @@ type Conn struct {
 	values      atomic.Pointer[values] // Set's, made by the first
 	deflate     *deflate.State         // nil unless permessage-deflate was negotiated
 
-	rd   *readState  // owned by the read goroutine; see allocConn
-	idle *idleReader // reads and writes through a RawConn; nil where unsupported, and in netpoll mode
-	wr   writeState
-	np   *netpoll.Sock // its own socket in netpoll mode (Options.Netpoll), also c.conn; nil in goroutine mode
+	rd *readState // owned by the read goroutine; see allocConn
+	wr writeState
+	tr transport // how its bytes move: chosen by attach, nil before
 
 	started atomic.Bool
 	trackAt int32      // its index in tracker.conns, under the tracker's lock
@@ -138,9 +136,7 @@ func (c *Conn) attach(nc net.Conn, buffered []byte, subprotocol string) {
 		c.rd.buf = bufpool.Get(max(cfg.ReadBufferSize, len(buffered)))
 		c.rd.w = copy(*c.rd.buf, buffered)
 	}
-	c.adoptSocket()
-	c.initIdleReader()
-	c.initRawWriter()
+	c.tr = c.chooseTransport()
 	if cfg.Parallel > 0 {
 		c.parallel = make(chan struct{}, cfg.Parallel)
 	}
@@ -306,7 +302,7 @@ func (c *Conn) LocalAddr() net.Addr {
 // goroutine mode, which is also where a connection Options.Netpoll could
 // not move to a loop stays (TLS, HTTP/2, the descriptor limit; see
 // Metrics for how that is reported).
-func (c *Conn) Netpoll() bool { return c.np != nil }
+func (c *Conn) Netpoll() bool { return c.sock() != nil }
 
 // Compressed reports whether permessage-deflate was negotiated.
 func (c *Conn) Compressed() bool { return c.deflate != nil }
@@ -334,7 +330,7 @@ func (c *Conn) SetReadDeadline(t time.Time) error {
 // setReadDeadline sets the socket's read deadline, and in netpoll mode
 // wakes the connection at t if it is parked then.
 func (c *Conn) setReadDeadline(t time.Time) error {
-	if c.np == nil {
+	if c.sock() == nil {
 		var u int64
 		if !t.IsZero() {
 			u = t.UnixNano()

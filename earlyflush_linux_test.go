@@ -13,7 +13,7 @@ import (
 )
 
 // sizedTCP is a TCP connection whose RawConn records the size of every
-// write gust makes through it (what its rawWriter has to write).
+// write gust makes through it (what its rawTransport has to write).
 type sizedTCP struct {
 	*net.TCPConn
 	c     *Conn
@@ -31,8 +31,8 @@ type sizedRaw struct {
 }
 
 func (r sizedRaw) Write(f func(uintptr) bool) error {
-	if ir := r.s.c.idle; ir != nil && len(ir.rw.p) > 0 {
-		r.s.sizes <- len(ir.rw.p)
+	if t, ok := r.s.c.tr.(*rawTransport); ok && len(t.p) > 0 {
+		r.s.sizes <- len(t.p)
 	}
 	return r.RawConn.Write(f)
 }

@@ -52,7 +52,7 @@ func runFuzzLoop(t *testing.T, in []byte, seed uint64, opts Options) (*fuzzRecor
 	opts.MaxMessageSize = fuzzMaxMessage
 	opts.DisableRecovery = true
 	c := newConn(nc, newConfig(opts, true), h, true, nil, "")
-	require.NotNil(t, c.idle, "a Unix socket reads through its RawConn")
+	require.IsType(t, (*rawTransport)(nil), c.tr, "a Unix socket reads through its RawConn")
 	c.started.Store(true)
 
 	shut := false

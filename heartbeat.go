@@ -151,7 +151,7 @@ func (c *Conn) sendHeartbeatPing() {
 // it flushes it: the peer then gets a second ping, which is harmless.
 func (c *Conn) tryPingNow() bool {
 	w := &c.wr
-	if !c.rawWrites() || !w.mu.TryLock() {
+	if !c.direct() || !w.mu.TryLock() {
 		return false
 	}
 	defer w.mu.Unlock()
@@ -164,7 +164,7 @@ func (c *Conn) tryPingNow() bool {
 		key = w.maskKey()
 	}
 	hn := putHeader(f[:], opPing, 0, !c.server, key)
-	n, err := c.tryWriteRaw(f[:hn])
+	n, err := c.tr.write(f[:hn], true)
 	switch {
 	case err != nil:
 		w.err = err // the next write or read ends the connection

@@ -383,7 +383,7 @@ func TestWriteTimeoutOnAConnWithoutSyscallConn(t *testing.T) {
 	})
 	dialRaw(t, ln.Addr().String(), nil) // never reads
 	c := h.waitOpen(t)
-	require.Nil(t, c.idle, "the connection must not write through a RawConn")
+	require.IsType(t, (*netConnTransport)(nil), c.tr, "the connection must not write through a RawConn")
 	big := make([]byte, 1<<20)
 	failed := blockWrites(t, func() error { return c.WriteMessage(OpBinary, big) })
 	require.ErrorIs(t, <-failed, os.ErrDeadlineExceeded)

@@ -2,6 +2,7 @@ package gust
 
 import (
 	"errors"
+	"io"
 	"sync/atomic"
 	"time"
 
@@ -27,16 +28,17 @@ import (
 // all busy, the write lock held by another goroutine, and a peer that
 // keeps sending or a message that takes long to inflate (loopWorkBudget).
 
-// loopConn is a Conn as its event loop sees it (netpoll.Owner).
+// loopConn is a Conn as its event loop sees it (netpoll.Owner), and the
+// transport of a Conn in netpoll mode.
 type loopConn Conn
 
-func (lc *loopConn) Sock() *netpoll.Sock { return lc.np }
+func (lc *loopConn) Sock() *netpoll.Sock { return (*Conn)(lc).sock() }
 
 // Readable serves a parked connection on its event loop, which found it
 // readable.
 func (lc *loopConn) Readable() {
 	c := (*Conn)(lc)
-	c.np.Resumed()
+	c.sock().Resumed()
 	c.takeRead()
 	c.rd.startTurn()
 	c.serve(false)
@@ -50,43 +52,41 @@ func (lc *loopConn) Wake() { (*Conn)(lc).wake() }
 func (lc *loopConn) Held(d time.Duration) { (*Conn)(lc).noteLoopHeld(d) }
 
 // adoptSocket gives c a socket of gust's own in place of its *net.TCPConn
-// or *net.UnixConn, registered with an event loop: netpoll mode (c.np).
+// or *net.UnixConn, registered with an event loop: netpoll mode.
 // Any other connection (TLS, an HTTP/2 stream, a wrapper) stays in
 // goroutine mode, and so does one whose descriptor cannot be duplicated or
 // registered (at the descriptor limit, EMFILE), for its whole life: its
 // net.Conn is in use from then on by any goroutine (writes, deadlines,
 // NetConn's callers), and swapping it later would race with them. Either
-// fallback is reported (noteFallback).
-func (c *Conn) adoptSocket() {
-	if !c.cfg.Netpoll {
-		return
-	}
+// fallback is reported (noteFallback), and adoptSocket returns nil.
+func (c *Conn) adoptSocket() *loopConn {
 	if h := dupHook.Load(); h != nil {
 		if err := (*h)(c); err != nil {
 			c.noteFallback(netpollFallbackFD, err)
-			return
+			return nil
 		}
 	}
 	s, err := netpoll.Adopt(c.conn)
 	switch {
 	case errors.Is(err, netpoll.ErrNotSocket):
 		c.noteFallback(netpollFallbackType, nil)
-		return
+		return nil
 	case errors.Is(err, errors.ErrUnsupported):
-		return // no event loops here (not Linux): goroutine mode, as documented
+		return nil // no event loops here (not Linux): goroutine mode, as documented
 	case err != nil:
 		c.noteFallback(netpollFallbackFD, err)
-		return
+		return nil
 	}
 	orig := c.conn
-	c.conn, c.np = s, s
+	c.conn = s
 	if err := s.Register((*loopConn)(c)); err != nil {
 		s.Close()
-		c.conn, c.np = orig, nil
+		c.conn = orig
 		c.noteFallback(netpollFallbackFD, err)
-		return
+		return nil
 	}
 	orig.Close()
+	return (*loopConn)(c)
 }
 
 // dupHook is nil but in tests (export_linux_test.go): it is called before a
@@ -100,7 +100,7 @@ var dupHook atomic.Pointer[func(c *Conn) error]
 // closed, which the next read reports). Otherwise the calling goroutine must
 // not touch c again.
 func (c *Conn) park() bool {
-	s := c.np
+	s := c.sock()
 	c.rd.shrink()
 	if left, ok := c.messageLeft(); ok && !c.rd.armed {
 		// The message in progress has its bound (Options.MessageTimeout):
@@ -132,7 +132,7 @@ var parkHook atomic.Pointer[func(c *Conn, holdsRead bool)]
 // resume serves a parked connection again, on a goroutine the event loop
 // (or whatever woke it) started for it.
 func (c *Conn) resume() {
-	c.np.Resumed()
+	c.sock().Resumed()
 	c.takeRead()
 	c.rd.armed = false // the wake-up may have been the message's bound: the next park sets it again
 	c.rd.loop = false
@@ -141,7 +141,7 @@ func (c *Conn) resume() {
 
 // wake resumes c if it is parked, on a goroutine of its own.
 func (c *Conn) wake() {
-	if s := c.np; s != nil && s.Unpark() {
+	if s := c.sock(); s != nil && s.Unpark() {
 		go c.resume()
 	}
 }
@@ -149,43 +149,57 @@ func (c *Conn) wake() {
 // wakeAt arranges for c to be woken at t, when a read deadline passes
 // while it is parked.
 func (c *Conn) wakeAt(t time.Time) {
-	if c.np != nil {
-		c.np.WakeAt(t, (*loopConn)(c))
+	if s := c.sock(); s != nil {
+		s.WakeAt(t, (*loopConn)(c))
 	}
 }
 
 // unpark takes c out of its event loop when it ends (if it is in netpoll
 // mode); the running goroutine calls it before the socket is closed.
 func (c *Conn) unpark() {
-	if c.np != nil {
-		c.np.Remove((*loopConn)(c))
+	if s := c.sock(); s != nil {
+		s.Remove((*loopConn)(c))
 	}
 }
 
 // peerEnded reports whether c's event loop has seen the peer's end.
-func (c *Conn) peerEnded() bool { return c.np != nil && c.np.PeerEnded() }
+func (c *Conn) peerEnded() bool {
+	s := c.sock()
+	return s != nil && s.PeerEnded()
+}
 
-// sockRead reads once from c's own socket (netpoll mode) into dst or, when
-// dst is nil, into a pooled buffer it returns; with try set it does not
-// wait, and again reports that there was nothing to read.
-func (c *Conn) sockRead(dst []byte, try bool) (buf *[]byte, n int, again bool, err error) {
+// sock returns c's own socket in netpoll mode, nil in goroutine mode.
+func (c *Conn) sock() *netpoll.Sock {
+	s, _ := c.conn.(*netpoll.Sock)
+	return s
+}
+
+func (lc *loopConn) direct() bool { return true }
+
+func (lc *loopConn) read(dst []byte, try bool) (buf *[]byte, n int, again bool, err error) {
+	c := (*Conn)(lc)
 	if dst == nil {
 		buf = bufpool.Get(c.idleReadSize())
 		dst = *buf
 	}
-	n, again, err = c.np.ReadSome(dst, try)
+	s := c.sock()
+	n, again, err = s.ReadSome(dst, try)
 	if err != nil || again {
 		bufpool.Put(buf)
+		if err != nil && err != io.EOF {
+			err = s.OpError("read", err)
+		}
 		return nil, 0, again, err
 	}
 	return buf, n, false, nil
 }
 
-// sockWrite writes p to c's own socket (netpoll mode): what it takes at
-// once when try is set, else all of it, waiting on the event loop under the
-// write timeout, which is armed only for the wait (as rawWriter's).
-func (c *Conn) sockWrite(p []byte, try bool) (int, error) {
-	s := c.np
+// write writes p to c's own socket: what it takes at once when try is set,
+// else all of it, waiting on the event loop under the write timeout, which
+// is armed only for the wait (as rawTransport's).
+func (lc *loopConn) write(p []byte, try bool) (int, error) {
+	c := (*Conn)(lc)
+	s := c.sock()
 	n, armed, err := s.WriteSome(p, try, c.armWriteTimeout)
 	if armed {
 		s.SetWriteDeadline(c.userWriteDeadline())
@@ -195,32 +209,3 @@ func (c *Conn) sockWrite(p []byte, try bool) (int, error) {
 	}
 	return n, nil
 }
-
-// armWriteTimeout sets the socket's write deadline before a write waits:
-// WriteTimeout from now, or SetWriteDeadline's deadline when it comes
-// sooner. It reports false when there is no write timeout (a deadline set
-// with SetWriteDeadline is on the socket already).
-func (c *Conn) armWriteTimeout() bool {
-	d := c.cfg.WriteTimeout
-	if d <= 0 {
-		return false
-	}
-	dl := time.Now().Add(d)
-	if u := c.wr.userDeadline.Load(); u != 0 && u < dl.UnixNano() {
-		dl = time.Unix(0, u)
-	}
-	c.conn.SetWriteDeadline(dl)
-	return true
-}
-
-// userWriteDeadline is SetWriteDeadline's deadline, which the socket gets
-// back once a write that armed the write timeout is done.
-func (c *Conn) userWriteDeadline() time.Time {
-	if u := c.wr.userDeadline.Load(); u != 0 {
-		return time.Unix(0, u)
-	}
-	return time.Time{}
-}
-
-// idleReadSize is the size of the pooled buffer an idle read takes.
-func (c *Conn) idleReadSize() int { return max(c.cfg.ReadBufferSize, minReadBufferSize) }

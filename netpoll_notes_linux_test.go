@@ -130,13 +130,13 @@ func TestNetpollLoopHeldIsReported(t *testing.T) {
 	c := dialRaw(t, addr, nil)
 	sc := h.waitOpen(t)
 	require.True(t, sc.Netpoll())
-	require.Eventually(t, func() bool { return sc.np.Parked() }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return sc.sock().Parked() }, 5*time.Second, time.Millisecond)
 
 	c.send(frame(0x81, []byte("quick")))
 	c.expectMessage(OpText, []byte("quick"))
 	require.Zero(t, m.get("blocked"), "a quick callback is not reported")
 
-	require.Eventually(t, func() bool { return sc.np.Parked() }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return sc.sock().Parked() }, 5*time.Second, time.Millisecond)
 	c.send(frame(0x81, []byte("block")))
 	c.expectMessage(OpText, []byte("block"))
 	// The loop counts the event, then logs it: wait for the record.
@@ -173,7 +173,7 @@ func TestNetpollFallbackAtTheDescriptorLimit(t *testing.T) {
 	first := h.waitOpen(t)
 	require.True(t, first.Netpoll())
 	// The first connection keeps the event loop, and its descriptors, open.
-	require.Eventually(t, func() bool { return first.np.Parked() }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return first.sock().Parked() }, 5*time.Second, time.Millisecond)
 
 	var old syscall.Rlimit
 	require.NoError(t, syscall.Getrlimit(syscall.RLIMIT_NOFILE, &old))

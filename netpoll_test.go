@@ -41,7 +41,7 @@ func goroutinesIn(fn string) int {
 // parkedIdle reports whether c is parked and no goroutine serves a
 // connection: c's last park has finished.
 func parkedIdle(c *Conn) bool {
-	return c.np.Parked() && goroutinesIn("gust.(*Conn).serve") == 0
+	return c.sock().Parked() && goroutinesIn("gust.(*Conn).serve") == 0
 }
 
 // echoRounds has each client send a message and read its echo, rounds

@@ -239,7 +239,7 @@ func (c *Conn) enqueue(it outboxItem) error {
 		m.Queued(c, -1)
 		m.Dropped(c, 1)
 	}
-	if !o.busy && o.queued() == 0 && c.rawWrites() {
+	if !o.busy && o.queued() == 0 && c.direct() {
 		o.writeNowLocked(it)
 		return nil
 	}
@@ -414,7 +414,7 @@ func (w *writeState) closeOutbox() {
 func (o *outbox) drain() {
 	c := o.c
 	defer c.inflight.Done()
-	if c.rawWrites() {
+	if c.direct() {
 		// What the socket did not take from a write that could not wait
 		// (writeNowLocked) goes first; an event loop that is dispatching
 		// writes its own.

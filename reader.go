@@ -61,7 +61,7 @@ type readState struct {
 	begun      bool   // beginData has taken hdr into the message
 	stream     bool   // beginData chose to stream the message (StreamThreshold)
 	loop       bool   // parsing on an event loop: never wait (errPark, errHandoff)
-	drained    bool   // on the loop, the last read took all there was (tryRead)
+	drained    bool   // on the loop, the last read took all there was (readSome)
 	userReads  bool   // a streamed message's handler reads: reads wait, never park
 	armed      bool   // a deadline or a wake-up bounds the wait for the message in progress
 	pos        uint8  // the masking key's position in the frame's payload, 0-3
@@ -136,8 +136,10 @@ func (rd *readState) releaseAll() {
 	}
 }
 
-// read reads from the connection into p, flushing corked writes first, so
-// that every write made while dispatching leaves before the read blocks.
+// read reads from the connection into p (or, when p is nil, into a fresh
+// pooled buffer that becomes the read buffer), flushing corked writes
+// first, so that every write made while dispatching leaves before the read
+// waits.
 func (c *Conn) read(p []byte) (int, error) {
 	if err := c.uncork(); err != nil {
 		return 0, err
@@ -145,21 +147,57 @@ func (c *Conn) read(p []byte) (int, error) {
 	if err := c.boundMessage(); err != nil {
 		return 0, err
 	}
-	if c.mayPark() {
-		return c.tryRead(p)
+	return c.readSome(p)
+}
+
+// readSome is read's one read. It waits for bytes, except where the
+// connection parks (mayPark): then it returns errPark when nothing has
+// arrived, and also on an event loop when the last read came short of its
+// buffer: it took all there was then, and the descriptor is
+// edge-triggered, so bytes that came since have queued a readable event,
+// which resumes the connection once it parks (this saves the read that
+// would find nothing). Not once the loop has seen the peer's end
+// (peerEnded): a FIN that came with the last bytes, in their event, queues
+// none, and only a read finds it. A connection that has done
+// loopWorkBudget of work in this turn is handed to a goroutine
+// (errHandoff), so that a peer that keeps sending cannot hold up the loop.
+func (c *Conn) readSome(dst []byte) (int, error) {
+	rd := c.rd
+	if rd.loop {
+		if rd.drained {
+			c.hbWaiting()
+			return 0, errPark
+		}
+		if rd.work >= loopWorkBudget {
+			return 0, errHandoff
+		}
 	}
+	try := c.mayPark()
 	c.hbWaiting()
 	for {
-		n, err := c.conn.Read(p)
-		if n > 0 {
-			c.hbArrived()
-			return n, c.cork(drainedBatch(n, len(p)))
-		}
-		if err != nil {
+		buf, n, again, err := c.tr.read(dst, try)
+		switch {
+		case again:
+			return 0, errPark
+		case err != nil:
 			if err = c.overdue(err); err != nil {
 				return 0, err
 			}
+			continue
+		case n == 0:
+			continue
 		}
+		size := len(dst)
+		if dst == nil {
+			rd.buf, rd.r, rd.w = buf, 0, n
+			size = c.idleReadSize()
+		}
+		if rd.loop {
+			rd.addWork(n)
+		}
+		rd.drained = rd.loop && n < size && !c.peerEnded()
+		c.hbArrived()
+		return n, c.cork(drainedBatch(n, size))
 	}
 }
 
@@ -211,7 +249,7 @@ func (c *Conn) boundMessage() error {
 		return messageTimeout(c.cfg.MessageTimeout)
 	}
 	rd := c.rd
-	if c.np == nil && !rd.armed {
+	if !rd.armed && c.sock() == nil {
 		dl := time.Now().Add(left)
 		if u := rd.readDL.Load(); u != 0 && u < dl.UnixNano() {
 			dl = time.Unix(0, u)
@@ -229,7 +267,7 @@ func (c *Conn) boundMessage() error {
 // nil: the caller reads again.
 func (c *Conn) overdue(err error) error {
 	rd := c.rd
-	if !rd.armed || c.np != nil || !errors.Is(err, os.ErrDeadlineExceeded) {
+	if !rd.armed || !errors.Is(err, os.ErrDeadlineExceeded) || c.sock() != nil {
 		return err
 	}
 	if left, ok := c.messageLeft(); ok && left <= 0 {
@@ -260,20 +298,23 @@ func messageTimeout(t time.Duration) error {
 // on any goroutine, except for a streamed message, whose handler reads
 // from its callback.
 func (c *Conn) mayPark() bool {
-	return c.rd.loop || (c.np != nil && !c.rd.userReads)
+	return c.rd.loop || (!c.rd.userReads && c.sock() != nil)
 }
 
 // fill reads more bytes into the read buffer, making room at its end first.
 func (c *Conn) fill() error {
 	rd := c.rd
-	if rd.r == rd.w {
-		if ok, err := c.fillIdle(); ok {
-			return err
-		}
+	if rd.r == rd.w && c.direct() {
+		// Drained: wait for bytes without a buffer (the transport takes one
+		// once they have come).
+		rd.release()
+		rd.putSlab()
+		_, err := c.read(nil)
+		return err
 	}
 	if rd.buf == nil {
 		size := c.cfg.ReadBufferSize
-		if c.idle == nil && c.np == nil {
+		if !c.direct() {
 			// This connection holds its buffer while it waits (TLS, HTTP/2
 			// streams): keep it small.
 			size = min(size, waitingReadBufferSize)

@@ -12,11 +12,11 @@ import (
 func TestNetpollConnClosedBeforeReadLoopLeavesItsLoop(t *testing.T) {
 	server, _ := tcpPair(t)
 	c := newConn(server, newConfig(Options{Netpoll: true}, true), nil, true, nil, "")
-	require.NotNil(t, c.np)
-	require.True(t, c.np.InLoop(), "registered with its loop from the start")
+	require.NotNil(t, c.sock())
+	require.True(t, c.sock().InLoop(), "registered with its loop from the start")
 	require.NoError(t, c.CloseNow())
-	require.False(t, c.np.InLoop())
-	raw, err := c.np.SyscallConn()
+	require.False(t, c.sock().InLoop())
+	raw, err := c.sock().SyscallConn()
 	require.NoError(t, err)
 	require.ErrorIs(t, raw.Control(func(uintptr) {}), net.ErrClosed, "the socket is closed")
 }

@@ -330,36 +330,13 @@ func (w *writeState) releaseBuffer() {
 	}
 }
 
-// netWrite writes p to the socket, the only place gust does once the
-// handshake is over; the caller holds the write lock. Writes to a
-// syscall.Conn arm the write timeout only when they must wait (rawWriter).
-// Other connections (TLS, HTTP/2 streams) keep the socket's write deadline
-// at most Options.WriteTimeout ahead (or at SetWriteDeadline's, if
-// sooner), moving it when a quarter of the timeout has passed since the
-// last move: a write that makes no progress fails after 0.75 to 1 times
-// the timeout, and a busy connection pays for one deadline change every
-// few seconds, not one per write.
+// netWrite writes p to the connection's transport, the only place gust
+// does once the handshake is over; the caller holds the write lock.
 func (c *Conn) netWrite(p []byte) (int, error) {
-	if c.rawWrites() {
-		w := &c.wr
-		if w.noWait || w.backlog != nil {
-			return c.netWriteBacklog(p)
-		}
-		return c.writeRaw(p)
+	if w := &c.wr; w.noWait || w.backlog != nil {
+		return c.netWriteBacklog(p)
 	}
-	w := &c.wr
-	if d := c.cfg.WriteTimeout; d > 0 {
-		if now := time.Now(); w.userChanged.Load() || now.UnixNano() >= w.refreshAt {
-			w.userChanged.Store(false)
-			dl := now.Add(d)
-			if u := w.userDeadline.Load(); u != 0 && u < dl.UnixNano() {
-				dl = time.Unix(0, u)
-			}
-			c.conn.SetWriteDeadline(dl)
-			w.refreshAt = now.Add(d / 4).UnixNano()
-		}
-	}
-	return c.conn.Write(p)
+	return c.tr.write(p, false)
 }
 
 // setWriteDeadline is SetWriteDeadline: it applies t at once, which ends a

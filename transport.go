@@ -1,0 +1,125 @@
+package gust
+
+import (
+	"time"
+
+	"github.com/gustws/gust/internal/bufpool"
+)
+
+// A transport carries a connection's bytes once its handshake is done. It
+// is chosen once, when the connection gets its net.Conn (attach), by what
+// that is and by Options.Netpoll:
+//
+//   - loopConn (netpoll.go): in netpoll mode, gust's own socket, which an
+//     event loop waits on (internal/netpoll);
+//   - rawTransport (transport_unix.go): in goroutine mode, a *net.TCPConn or
+//     *net.UnixConn, read and written through its syscall.RawConn, so that
+//     an idle connection waits for bytes without a read buffer and a write
+//     arms WriteTimeout only when it must wait;
+//   - netConnTransport: any other net.Conn (TLS, an HTTP/2 stream, a
+//     wrapper), through its Read and Write.
+type transport interface {
+	// read reads once into p or, when p is nil, into a pooled buffer of
+	// idleReadSize bytes it returns. With try set it does not wait: again
+	// reports that nothing had arrived. A read of 0 bytes without an error
+	// is tried again. Errors are wrapped as a net.Conn's Read wraps them,
+	// but io.EOF.
+	read(p []byte, try bool) (buf *[]byte, n int, again bool, err error)
+	// write writes p whole, waiting under the write timeout, or, with try
+	// set, what the socket takes at once.
+	write(p []byte, try bool) (int, error)
+	// direct reports whether the transport reaches the descriptor: a read
+	// may wait without a buffer, and a read or a write may try.
+	direct() bool
+}
+
+// chooseTransport returns c's transport for its net.Conn.
+func (c *Conn) chooseTransport() transport {
+	if c.cfg.Netpoll {
+		if lc := c.adoptSocket(); lc != nil {
+			return lc
+		}
+	}
+	if t := newRawTransport(c); t != nil {
+		return t
+	}
+	return (*netConnTransport)(c)
+}
+
+// direct reports whether c's transport reaches the descriptor
+// (transport.direct); false before c has a net.Conn.
+func (c *Conn) direct() bool { return c.tr != nil && c.tr.direct() }
+
+// idleReadSize is the size of the pooled buffer a read into no buffer
+// takes.
+func (c *Conn) idleReadSize() int { return max(c.cfg.ReadBufferSize, minReadBufferSize) }
+
+// netConnTransport is the transport of a connection gust cannot reach the
+// descriptor of (TLS, HTTP/2 streams, wrappers): its net.Conn's Read and
+// Write.
+type netConnTransport Conn
+
+func (t *netConnTransport) read(p []byte, try bool) (*[]byte, int, bool, error) {
+	c := (*Conn)(t)
+	var buf *[]byte
+	if p == nil {
+		buf = bufpool.Get(c.idleReadSize())
+		p = *buf
+	}
+	n, err := c.conn.Read(p)
+	if n > 0 {
+		return buf, n, false, nil // an error comes again at the next read
+	}
+	bufpool.Put(buf)
+	return nil, 0, false, err
+}
+
+// write keeps the socket's write deadline at most Options.WriteTimeout
+// ahead (or at SetWriteDeadline's, if sooner), moving it when a quarter of
+// the timeout has passed since the last move: a write that makes no
+// progress fails after 0.75 to 1 times the timeout, and a busy connection
+// pays for one deadline change every few seconds, not one per write.
+func (t *netConnTransport) write(p []byte, try bool) (int, error) {
+	c := (*Conn)(t)
+	w := &c.wr
+	if d := c.cfg.WriteTimeout; d > 0 {
+		if now := time.Now(); w.userChanged.Load() || now.UnixNano() >= w.refreshAt {
+			w.userChanged.Store(false)
+			dl := now.Add(d)
+			if u := w.userDeadline.Load(); u != 0 && u < dl.UnixNano() {
+				dl = time.Unix(0, u)
+			}
+			c.conn.SetWriteDeadline(dl)
+			w.refreshAt = now.Add(d / 4).UnixNano()
+		}
+	}
+	return c.conn.Write(p)
+}
+
+func (t *netConnTransport) direct() bool { return false }
+
+// armWriteTimeout sets the socket's write deadline before a direct write
+// waits: WriteTimeout from now, or SetWriteDeadline's deadline when it
+// comes sooner. It reports false when there is no write timeout (a
+// deadline set with SetWriteDeadline is on the socket already).
+func (c *Conn) armWriteTimeout() bool {
+	d := c.cfg.WriteTimeout
+	if d <= 0 {
+		return false
+	}
+	dl := time.Now().Add(d)
+	if u := c.wr.userDeadline.Load(); u != 0 && u < dl.UnixNano() {
+		dl = time.Unix(0, u)
+	}
+	c.conn.SetWriteDeadline(dl)
+	return true
+}
+
+// userWriteDeadline is SetWriteDeadline's deadline, which the socket gets
+// back once a write that armed the write timeout is done.
+func (c *Conn) userWriteDeadline() time.Time {
+	if u := c.wr.userDeadline.Load(); u != 0 {
+		return time.Unix(0, u)
+	}
+	return time.Time{}
+}
