@@ -191,10 +191,10 @@ func (c *Conn) readLoopMisused() {
 // take, the end of the connection.
 func (c *Conn) serve(open bool) {
 	for {
-		err := c.run(open)
+		y, err := c.run(open)
 		open = false
-		switch err {
-		case errPark:
+		switch y {
+		case park:
 			if c.park() {
 				// Bytes came meanwhile, the socket was closed or the read
 				// deadline passed: serve on, with a read that finds out.
@@ -202,7 +202,7 @@ func (c *Conn) serve(open bool) {
 				continue
 			}
 			return
-		case errHandoff:
+		case handOff:
 			c.rd.loop = false
 			go c.serveOffLoop()
 			return
@@ -218,7 +218,7 @@ func (c *Conn) serve(open bool) {
 }
 
 // serveOffLoop serves on a goroutine of its own a connection an event loop
-// handed over (errHandoff): it writes what the socket did not take on the
+// handed over (handOff): it writes what the socket did not take on the
 // loop, then reads on where the loop stopped, and parks again once idle.
 func (c *Conn) serveOffLoop() {
 	c.wr.mu.Lock()
@@ -231,23 +231,14 @@ func (c *Conn) serveOffLoop() {
 	c.serve(false)
 }
 
-// errPark unwinds the parse of a connection in netpoll mode that has
-// nothing more to read, on an event loop or a goroutine; errHandoff unwinds
-// a loop's parse where it would have to wait. The parser's state is kept for the
-// next reader in both cases.
-var (
-	errPark    = errors.New("gust: park")
-	errHandoff = errors.New("gust: hand off")
-)
-
 // run calls OnOpen (when open is set) and reads until the connection ends
-// or parks. A panic in a callback, unless Options.DisableRecovery is set,
+// or yields. A panic in a callback, unless Options.DisableRecovery is set,
 // becomes a *PanicError, which end answers with 1011.
-func (c *Conn) run(open bool) (err error) {
+func (c *Conn) run(open bool) (y yield, err error) {
 	if !c.cfg.DisableRecovery {
 		defer func() {
 			if p := recover(); p != nil {
-				err = c.recovered(p)
+				y, err = goOn, c.recovered(p)
 			}
 		}()
 	}

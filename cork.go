@@ -11,17 +11,17 @@ package gust
 //
 // On an event loop it also makes every write not wait (netWriteBacklog).
 // It never waits for the write lock there: a goroutine holding it may be
-// waiting for the socket, so the loop hands the connection, and the bytes
-// it read, to a goroutine instead (errHandoff).
-func (c *Conn) cork(early bool) error {
+// waiting for the socket, so it reports false, and the loop hands the
+// connection, and the bytes it read, to a goroutine instead (handOff).
+func (c *Conn) cork(early bool) bool {
 	loop := c.rd.loop
 	if c.parallel != nil && !loop {
-		return nil
+		return true
 	}
 	if !loop {
 		c.wr.mu.Lock()
 	} else if !c.wr.mu.TryLock() {
-		return errHandoff
+		return false
 	}
 	if c.parallel == nil {
 		c.wr.corked = true
@@ -30,21 +30,21 @@ func (c *Conn) cork(early bool) error {
 	c.wr.noWait = loop
 	c.wr.mu.Unlock()
 	c.rd.uncorkDue = true
-	return nil
+	return true
 }
 
 // uncork flushes what was corked; the read goroutine calls it before each
 // blocking read. On an event loop, what the socket does not take stays in
 // the backlog, and the connection goes to a goroutine that writes it
-// (errHandoff).
-func (c *Conn) uncork() error {
+// (handOff).
+func (c *Conn) uncork() (yield, error) {
 	if !c.rd.uncorkDue {
-		return nil
+		return goOn, nil
 	}
 	if !c.rd.loop {
 		c.wr.mu.Lock()
 	} else if !c.wr.mu.TryLock() {
-		return errHandoff // stays corked: the goroutine flushes
+		return handOff, nil // stays corked: the goroutine flushes
 	}
 	c.rd.uncorkDue = false
 	c.wr.corked, c.wr.early = false, false
@@ -56,9 +56,9 @@ func (c *Conn) uncork() error {
 	backlog := c.wr.backlog != nil
 	c.wr.mu.Unlock()
 	if err == nil && backlog {
-		return errHandoff
+		return handOff, nil
 	}
-	return err
+	return goOn, err
 }
 
 // earlyFlushSize is how much a batch corks before its first flush when the

@@ -17,9 +17,9 @@ import (
 // runFuzzLoop is runFuzzConn in netpoll mode's event-loop parse: the input
 // reaches a real socket in chunks, and after each chunk the parser runs as
 // a loop runs it (c.rd.loop: it never waits) until it has nothing more to
-// read (errPark), so that every frame is parsed across as many resumptions
+// read (it yields park), so that every frame is parsed across as many resumptions
 // as the chunks cut it into. Where the loop would hand the connection to a
-// goroutine (errHandoff: a close frame, a backlog), the rest of the input
+// goroutine (handOff: a close frame, a backlog), the rest of the input
 // is sent at once and the connection is served as that goroutine serves it.
 // unixPair returns the two ends of a Unix stream socketpair, as the
 // *net.UnixConns net.FileConn makes of them.
@@ -70,9 +70,9 @@ func runFuzzLoop(t *testing.T, in []byte, seed uint64, opts Options) (*fuzzRecor
 	open := true
 	for {
 		c.rd.startTurn()
-		err := c.run(open)
+		y, err := c.run(open)
 		open = false
-		if err == errPark {
+		if y == park {
 			n := min(len(rest), 1+rng.IntN(2*step))
 			send(rest[:n], n == len(rest))
 			rest = rest[n:]
@@ -80,7 +80,7 @@ func runFuzzLoop(t *testing.T, in []byte, seed uint64, opts Options) (*fuzzRecor
 		}
 		c.rd.loop = false
 		send(rest, true)
-		if err == errHandoff {
+		if y == handOff {
 			c.serveOffLoop()
 		} else {
 			c.end(err)

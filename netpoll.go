@@ -21,7 +21,7 @@ import (
 // connection then costs its Conn and its socket, and nothing else.
 //
 // A loop never waits. What would wait goes to a goroutine started for the
-// connection (errHandoff), which serves it as goroutine mode does until it
+// connection (handOff), which serves it as goroutine mode does until it
 // is idle again, and parks it: writes the socket did not take at once
 // (netWriteBacklog), a message streamed to its handler (StreamThreshold),
 // a close frame and the end of the connection, Options.Parallel's handlers

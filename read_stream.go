@@ -230,7 +230,7 @@ func (s *msgStream) readRaw(p []byte) (int, error) {
 	p = p[:min(int64(len(p)), s.remaining)]
 	if rd.w == rd.r && len(p) >= c.cfg.ReadBufferSize/2 {
 		// Large and nothing buffered: read straight into p.
-		n, err := c.read(p)
+		n, _, err := c.read(p) // a handler's read waits: it never yields
 		if err != nil {
 			s.err = noEOF(err)
 			return 0, s.err
@@ -241,7 +241,7 @@ func (s *msgStream) readRaw(p []byte) (int, error) {
 		}
 	} else {
 		if rd.w == rd.r {
-			if err := c.fill(); err != nil {
+			if _, err := c.fill(); err != nil {
 				s.err = noEOF(err)
 				return 0, s.err
 			}
@@ -263,14 +263,33 @@ func (s *msgStream) readRaw(p []byte) (int, error) {
 // close frame is answered and ends the stream with its *CloseError.
 func (s *msgStream) nextFrame() error {
 	c := s.c
+	rd := c.rd
 	var hdr frameHeader
 	h := &hdr
-	err := c.readHeader(h)
-	if err != nil {
-		return err
+	for {
+		var b []byte
+		if rd.buf != nil {
+			b = (*rd.buf)[rd.r:rd.w]
+		}
+		n, err := parseFrameHeader(b, h, c.server, c.deflate != nil)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			rd.r += n
+			break
+		}
+		if _, err := c.fill(); err != nil { // a handler's read waits: it never yields
+			return noEOF(err)
+		}
 	}
 	if h.op.isControl() {
-		return c.readControl(h.op, int(h.length), h.key)
+		for rd.w-rd.r < int(h.length) {
+			if _, err := c.fill(); err != nil {
+				return noEOF(err)
+			}
+		}
+		return c.control(h)
 	}
 	if h.op != opContinuation {
 		return protocolError(StatusProtocolError, "new message inside a fragmented message")

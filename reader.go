@@ -22,7 +22,7 @@ const minReadBufferSize = 512
 // loopWorkBudget bytes, and before it inflates a message of more than
 // loopInflateMax bytes on the wire (up to 1,032 times as many once
 // inflated, and as much work again for a handler that answers it), the
-// connection goes on on a goroutine of its own (errHandoff).
+// connection goes on on a goroutine of its own (handOff).
 const (
 	loopWorkBudget = 1 << 20
 	loopInflateMax = 1 << 10
@@ -60,7 +60,7 @@ type readState struct {
 	inFrame    bool   // hdr is read; its payload is not yet all read
 	begun      bool   // beginData has taken hdr into the message
 	stream     bool   // beginData chose to stream the message (StreamThreshold)
-	loop       bool   // parsing on an event loop: never wait (errPark, errHandoff)
+	loop       bool   // parsing on an event loop: never wait (yield)
 	drained    bool   // on the loop, the last read took all there was (readSome)
 	userReads  bool   // a streamed message's handler reads: reads wait, never park
 	armed      bool   // a deadline or a wake-up bounds the wait for the message in progress
@@ -68,6 +68,7 @@ type readState struct {
 	empty      uint16 // empty non-final frames of the message in progress (maxEmptyFrames)
 	work       uint32 // bytes read and inflated in this turn on the loop (loopWorkBudget)
 	since      uint32 // clockMS when the frame or message in progress first waited for bytes; 0: it has not
+	direct     uint32 // bytes a read put straight into the message buffer at n (wantPayload), for parsePayload
 
 	// readDL is the read deadline the user set, in Unix nanoseconds (0 for
 	// none), in goroutine mode, where a deadline for the message in
@@ -136,22 +137,33 @@ func (rd *readState) releaseAll() {
 	}
 }
 
+// yield is why serving a connection stops without its end (netpoll
+// mode). The transport side decides it: the parser only says what it needs
+// next (want).
+type yield uint8
+
+const (
+	goOn    yield = iota
+	park          // nothing more has arrived: park on the event loop (Conn.park)
+	handOff       // what comes next may wait: go on on a goroutine of its own (serveOffLoop)
+)
+
 // read reads from the connection into p (or, when p is nil, into a fresh
 // pooled buffer that becomes the read buffer), flushing corked writes
 // first, so that every write made while dispatching leaves before the read
 // waits.
-func (c *Conn) read(p []byte) (int, error) {
-	if err := c.uncork(); err != nil {
-		return 0, err
+func (c *Conn) read(p []byte) (int, yield, error) {
+	if y, err := c.uncork(); y != goOn || err != nil {
+		return 0, y, err
 	}
 	if err := c.boundMessage(); err != nil {
-		return 0, err
+		return 0, goOn, err
 	}
 	return c.readSome(p)
 }
 
 // readSome is read's one read. It waits for bytes, except where the
-// connection parks (mayPark): then it returns errPark when nothing has
+// connection parks (mayPark): then it yields park when nothing has
 // arrived, and also on an event loop when the last read came short of its
 // buffer: it took all there was then, and the descriptor is
 // edge-triggered, so bytes that came since have queued a readable event,
@@ -159,17 +171,17 @@ func (c *Conn) read(p []byte) (int, error) {
 // would find nothing). Not once the loop has seen the peer's end
 // (peerEnded): a FIN that came with the last bytes, in their event, queues
 // none, and only a read finds it. A connection that has done
-// loopWorkBudget of work in this turn is handed to a goroutine
-// (errHandoff), so that a peer that keeps sending cannot hold up the loop.
-func (c *Conn) readSome(dst []byte) (int, error) {
+// loopWorkBudget of work in this turn is handed to a goroutine, so that a
+// peer that keeps sending cannot hold up the loop.
+func (c *Conn) readSome(dst []byte) (int, yield, error) {
 	rd := c.rd
 	if rd.loop {
 		if rd.drained {
 			c.hbWaiting()
-			return 0, errPark
+			return 0, park, nil
 		}
 		if rd.work >= loopWorkBudget {
-			return 0, errHandoff
+			return 0, handOff, nil
 		}
 	}
 	try := c.mayPark()
@@ -178,10 +190,10 @@ func (c *Conn) readSome(dst []byte) (int, error) {
 		buf, n, again, err := c.tr.read(dst, try)
 		switch {
 		case again:
-			return 0, errPark
+			return 0, park, nil
 		case err != nil:
 			if err = c.overdue(err); err != nil {
-				return 0, err
+				return 0, goOn, err
 			}
 			continue
 		case n == 0:
@@ -197,7 +209,10 @@ func (c *Conn) readSome(dst []byte) (int, error) {
 		}
 		rd.drained = rd.loop && n < size && !c.peerEnded()
 		c.hbArrived()
-		return n, c.cork(drainedBatch(n, size))
+		if !c.cork(drainedBatch(n, size)) {
+			return n, handOff, nil
+		}
+		return n, goOn, nil
 	}
 }
 
@@ -294,7 +309,7 @@ func messageTimeout(t time.Duration) error {
 }
 
 // mayPark reports whether a read must not wait but park the connection
-// (errPark) when nothing has arrived: on an event loop, and in netpoll mode
+// when nothing has arrived: on an event loop, and in netpoll mode
 // on any goroutine, except for a streamed message, whose handler reads
 // from its callback.
 func (c *Conn) mayPark() bool {
@@ -302,15 +317,15 @@ func (c *Conn) mayPark() bool {
 }
 
 // fill reads more bytes into the read buffer, making room at its end first.
-func (c *Conn) fill() error {
+func (c *Conn) fill() (yield, error) {
 	rd := c.rd
 	if rd.r == rd.w && c.direct() {
 		// Drained: wait for bytes without a buffer (the transport takes one
 		// once they have come).
 		rd.release()
 		rd.putSlab()
-		_, err := c.read(nil)
-		return err
+		_, y, err := c.read(nil)
+		return y, err
 	}
 	if rd.buf == nil {
 		size := c.cfg.ReadBufferSize
@@ -329,51 +344,89 @@ func (c *Conn) fill() error {
 		rd.w = copy(b, b[rd.r:rd.w])
 		rd.r = 0
 	}
-	n, err := c.read(b[rd.w:])
+	n, y, err := c.read(b[rd.w:])
 	rd.w += n
-	return err
-}
-
-// ensure makes at least n (at most minReadBufferSize) unparsed bytes
-// available.
-func (c *Conn) ensure(n int) error {
-	for c.rd.w-c.rd.r < n {
-		if err := c.fill(); err != nil {
-			return err
-		}
-	}
-	return nil
+	return y, err
 }
 
 func protocolError(code StatusCode, reason string) error {
 	return &ProtocolError{Code: code, Reason: reason}
 }
 
-// readFrames reads frames until an error or the peer's close frame, which
-// it answers. It returns a *CloseError for the peer's close, a
-// *ProtocolError for a violation (the caller sends the close frame), or the
-// I/O error.
-//
-// It resumes where the last call stopped: a call that returned errPark or
-// errHandoff (netpoll mode) left the frame in progress in c.rd.
-func (c *Conn) readFrames() error {
+// want is what the parser needs to go on when it stops without an error.
+type want uint8
+
+const (
+	wantBytes     want = iota + 1 // more bytes, into the read buffer (fill)
+	wantPayload                   // more of a large payload, read straight into the message buffer at rd.n
+	wantGoroutine                 // nothing: what comes next may wait, which an event loop must not
+)
+
+// readFrames feeds the parser (parse) what the transport reads until the
+// connection ends or yields. It returns a *CloseError for the peer's
+// close, a *ProtocolError for a violation (the caller sends the close
+// frame), or the I/O error. A yield leaves the frame in progress in c.rd,
+// where the next call resumes.
+func (c *Conn) readFrames() (yield, error) {
+	rd := c.rd
+	for {
+		w, err := c.parse()
+		switch {
+		case err != nil:
+			return goOn, err
+		case w == wantGoroutine:
+			return handOff, nil
+		}
+		var y yield
+		if w == wantPayload {
+			var k int
+			k, y, err = c.read((*rd.msg)[rd.n:min(rd.end, len(*rd.msg))])
+			rd.direct = uint32(k)
+		} else {
+			y, err = c.fill()
+		}
+		if err != nil {
+			if rd.inMessage() {
+				err = noEOF(err) // the peer left in the middle of a frame or message
+			}
+			return goOn, err
+		}
+		if y != goOn {
+			return y, nil
+		}
+	}
+}
+
+// parse parses and dispatches the frames in the bytes read so far
+// (rd.buf[r:w], and those a read put straight into the message buffer),
+// until it needs more (want), or an error or the peer's close frame ends
+// the connection. It keeps the frame in progress in rd across calls, and
+// reads nothing itself: readFrames feeds it.
+func (c *Conn) parse() (want, error) {
 	rd := c.rd
 	h := &rd.hdr
 	for {
 		if !rd.inFrame {
-			if err := c.readHeader(h); err != nil {
-				return err
+			var b []byte
+			if rd.buf != nil {
+				b = (*rd.buf)[rd.r:rd.w]
 			}
+			n, err := parseFrameHeader(b, h, c.server, c.deflate != nil)
+			if err != nil || n == 0 {
+				return wantBytes, err
+			}
+			rd.r += n
 			rd.inFrame, rd.begun, rd.pos = true, false, 0
 		}
+		var w want
 		var err error
 		if h.op.isControl() {
-			err = c.readControl(h.op, int(h.length), h.key)
+			w, err = c.parseControl(h)
 		} else {
-			err = c.readData(h)
+			w, err = c.parseData(h)
 		}
-		if err != nil {
-			return err
+		if w != 0 || err != nil {
+			return w, err
 		}
 		rd.inFrame = false
 		if rd.op == 0 {
@@ -382,52 +435,30 @@ func (c *Conn) readFrames() error {
 	}
 }
 
-// yielded reports whether err only pauses the parser (netpoll mode): the
-// state in c.rd lets the next readFrames resume.
-func yielded(err error) bool { return err == errPark || err == errHandoff }
-
-// readHeader reads and checks the next frame's header into h (a header
-// returned by value would be copied through memory at every frame, since
-// its key array keeps it out of registers).
-func (c *Conn) readHeader(h *frameHeader) error {
+// parseControl handles a control frame once its payload has arrived; a
+// close frame is not handled on an event loop: its answer may wait on the
+// socket, and the end of the connection does.
+func (c *Conn) parseControl(h *frameHeader) (want, error) {
 	rd := c.rd
-	for {
-		var b []byte
-		if rd.buf != nil {
-			b = (*rd.buf)[rd.r:rd.w]
-		}
-		n, err := parseFrameHeader(b, h, c.server, c.deflate != nil)
-		if err != nil {
-			return err
-		}
-		if n > 0 {
-			rd.r += n
-			return nil
-		}
-		if err := c.ensure(len(b) + 1); err != nil {
-			if !yielded(err) && (rd.w > rd.r || rd.op != 0) {
-				return noEOF(err) // the peer left in the middle of a frame or message
-			}
-			return err
-		}
+	n := int(h.length)
+	switch {
+	case rd.w-rd.r < n:
+		return wantBytes, nil
+	case h.op == opClose && rd.loop:
+		return wantGoroutine, nil
 	}
+	return 0, c.control(h)
 }
 
-// readControl reads a control frame's payload and handles the frame.
-func (c *Conn) readControl(op Opcode, n int, key [4]byte) error {
+// control handles the control frame h, whose payload is buffered.
+func (c *Conn) control(h *frameHeader) error {
 	rd := c.rd
-	if err := c.ensure(n); err != nil {
-		return noEOF(err)
-	}
-	if op == opClose && rd.loop {
-		return errHandoff // its answer may wait on the socket, and its end does
-	}
 	// Unmasked in place: the bytes are consumed, and stay put until the
 	// next read from the socket, after the callback.
-	p := (*rd.buf)[rd.r : rd.r+n]
-	c.unmask(p, p, key, 0)
-	rd.r += n
-	switch op {
+	p := (*rd.buf)[rd.r : rd.r+int(h.length)]
+	c.unmask(p, p, h.key, 0)
+	rd.r += len(p)
+	switch h.op {
 	case opPing:
 		c.handler.OnPing(c, p)
 	case opPong:
@@ -471,28 +502,29 @@ func (c *Conn) unmask(dst, src []byte, key [4]byte, pos int) int {
 	return pos
 }
 
-// readData reads a data frame's payload into the message being assembled,
-// checking text as it arrives, and dispatches the message on its last frame.
-// With Options.StreamThreshold set, a message that grows past it is handed
-// to OnMessage as a stream instead (streamMessage).
-func (c *Conn) readData(h *frameHeader) error {
+// parseData takes a data frame's payload into the message being
+// assembled, checking text as it arrives, and dispatches the message on its
+// last frame. With Options.StreamThreshold set, a message that grows past
+// it is handed to OnMessage as a stream instead (streamMessage), whose
+// handler reads the rest: not on an event loop, since that waits.
+func (c *Conn) parseData(h *frameHeader) (want, error) {
 	rd := c.rd
 	if !rd.begun {
 		if err := c.beginData(h); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	if rd.stream {
 		if rd.loop {
-			return errHandoff // the handler reads the stream: it may wait
+			return wantGoroutine, nil
 		}
-		return c.streamMessage(h.fin, h.length, h.key)
+		return 0, c.streamMessage(h.fin, h.length, h.key)
 	}
-	if err := c.readPayload(h); err != nil {
-		return err
+	if w, err := c.parsePayload(h); w != 0 || err != nil {
+		return w, err
 	}
 	if !h.fin {
-		return nil
+		return 0, nil
 	}
 	return c.endMessage(h.key)
 }
@@ -528,76 +560,64 @@ func (c *Conn) beginData(h *frameHeader) error {
 	return nil
 }
 
-// readPayload reads the payload of the frame h into the message, as far
-// as the bytes go: what is buffered, then what reads bring. It keeps its
-// place in rd (n, pos) when a read yields.
-func (c *Conn) readPayload(h *frameHeader) error {
+// parsePayload takes the payload of the frame h into the message, as far
+// as the bytes go: those a read put straight into the message buffer
+// (rd.direct), then the read buffer's. It keeps its place in rd (n, pos)
+// when it wants more.
+func (c *Conn) parsePayload(h *frameHeader) (want, error) {
 	rd := c.rd
 	fin, end, key := h.fin, rd.end, h.key
 	checkText := rd.op == OpText && !c.cfg.SkipUTF8Validation && !rd.compressed
 	pos := int(rd.pos)
+	if k := int(rd.direct); k > 0 {
+		rd.direct = 0
+		dst := (*rd.msg)[rd.n : rd.n+k]
+		if c.server {
+			pos = mask.Apply(dst, key, pos)
+		}
+		rd.n += k
+		if checkText && !rd.utf8.Feed(dst) {
+			return 0, protocolError(StatusInvalidFramePayloadData, "text not valid UTF-8")
+		}
+	}
 	for rd.n < end {
 		avail := rd.w - rd.r
 		if rd.msg == nil || len(*rd.msg) == rd.n {
 			if avail == 0 {
 				// Memory follows the bytes that arrived, from the first:
 				// a buffer for the message is taken once some have.
-				if err := c.fill(); err != nil {
-					rd.pos = uint8(pos)
-					return noEOF(err)
-				}
-				continue
+				rd.pos = uint8(pos)
+				return wantBytes, nil
 			}
 			rd.growMessage(fin, end, c.maxMessageSize(), c.cfg.StreamThreshold)
 		}
 		dst := (*rd.msg)[rd.n:min(end, len(*rd.msg))]
-		if avail > 0 {
-			k := min(avail, len(dst))
-			pos = c.unmask(dst[:k], (*rd.buf)[rd.r:rd.r+k], key, pos)
-			rd.r += k
-			dst = dst[:k]
-		} else if len(dst) >= c.cfg.ReadBufferSize/2 {
-			// Large and nothing buffered: read straight into the message.
-			k, err := c.read(dst)
-			if k == 0 {
-				rd.pos = uint8(pos)
-				return noEOF(err)
+		if avail == 0 {
+			rd.pos = uint8(pos)
+			if len(dst) >= c.cfg.ReadBufferSize/2 {
+				return wantPayload, nil // large and nothing buffered: read straight into the message
 			}
-			dst = dst[:k]
-			if c.server {
-				pos = mask.Apply(dst, key, pos)
-			}
-			if err != nil { // errHandoff, with the bytes read
-				rd.n += k
-				rd.pos = uint8(pos)
-				if checkText && !rd.utf8.Feed(dst) {
-					return protocolError(StatusInvalidFramePayloadData, "text not valid UTF-8")
-				}
-				return err
-			}
-		} else {
-			if err := c.fill(); err != nil {
-				rd.pos = uint8(pos)
-				return noEOF(err)
-			}
-			continue
+			return wantBytes, nil
 		}
+		dst = dst[:min(avail, len(dst))]
+		pos = c.unmask(dst, (*rd.buf)[rd.r:rd.r+len(dst)], key, pos)
+		rd.r += len(dst)
 		rd.n += len(dst)
 		if checkText && !rd.utf8.Feed(dst) {
-			return protocolError(StatusInvalidFramePayloadData, "text not valid UTF-8")
+			return 0, protocolError(StatusInvalidFramePayloadData, "text not valid UTF-8")
 		}
 	}
 	rd.pos = uint8(pos)
-	return nil
+	return 0, nil
 }
 
 // endMessage completes the message whose last frame has been read (key
 // was its masking key): it inflates a compressed one, checks its text and
 // dispatches it.
-func (c *Conn) endMessage(key [4]byte) error {
+func (c *Conn) endMessage(key [4]byte) (want, error) {
 	rd := c.rd
 	if rd.loop && c.parallel != nil && len(c.parallel) == cap(c.parallel) {
-		return errHandoff // dispatch would wait for a parallel handler to end
+		return wantGoroutine, nil // dispatch would wait for a parallel handler to end
 	}
 	if rd.msg == nil { // an empty message
 		rd.msg = bufpool.Get(0)
@@ -605,7 +625,7 @@ func (c *Conn) endMessage(key [4]byte) error {
 	wire := rd.n
 	if rd.compressed {
 		if rd.loop && (wire > loopInflateMax || rd.work >= loopWorkBudget) {
-			return errHandoff // its inflating and its handler may take long
+			return wantGoroutine, nil // its inflating and its handler may take long
 		}
 		if err := c.inflateMessage(); err != nil {
 			threshold := c.cfg.StreamThreshold
@@ -613,9 +633,9 @@ func (c *Conn) endMessage(key [4]byte) error {
 				// Small on the wire, past the threshold once inflated:
 				// stream it from the compressed bytes it has.
 				rd.utf8.Reset()
-				return c.streamMessage(true, 0, key)
+				return 0, c.streamMessage(true, 0, key)
 			}
-			return err
+			return 0, err
 		}
 		if rd.loop {
 			rd.addWork(rd.n)
@@ -623,7 +643,7 @@ func (c *Conn) endMessage(key [4]byte) error {
 	}
 	// Uncompressed text was checked as it came; compressed, as it inflated.
 	if rd.op == OpText && !c.cfg.SkipUTF8Validation && !rd.utf8.Complete() {
-		return protocolError(StatusInvalidFramePayloadData, "text not valid UTF-8")
+		return 0, protocolError(StatusInvalidFramePayloadData, "text not valid UTF-8")
 	}
 	if mt := c.cfg.Metrics; mt != nil {
 		mt.Received(c, rd.op, rd.n, wire)
@@ -633,10 +653,10 @@ func (c *Conn) endMessage(key [4]byte) error {
 	if c.closing.has(closeSent) {
 		m.Close() // the browser API drops messages that arrive while closing
 		rd.recycle(m)
-		return nil
+		return 0, nil
 	}
 	c.dispatch(m)
-	return nil
+	return 0, nil
 }
 
 // growMessage makes room in the message buffer for the bytes that have
