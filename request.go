@@ -7,9 +7,7 @@ import (
 	"net"
 	"net/http"
 	"runtime/debug"
-	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gustws/gust/internal/handshake"
@@ -35,12 +33,16 @@ func (cfg *config) accept(r *http.Request, hs *handshakeResult, h Event, pre htt
 		if herr := cfg.callOnRequest(r, extra, c); herr != nil {
 			return nil, nil, herr
 		}
-		if err := chooseSubprotocol(r.Header, extra, hs); err != nil {
+		chosen, err := handshake.ChosenSubprotocol(r.Header, extra)
+		if err != nil {
 			return nil, nil, cfg.misuse(r, err)
+		}
+		if chosen != "" {
+			hs.subprotocol = chosen
 		}
 	}
 	for _, fields := range [...]http.Header{pre, cfg.ResponseHeader, extra} {
-		if err := checkFields(fields, responseOwn); err != nil {
+		if err := handshake.CheckFields(fields, handshake.ResponseOwn); err != nil {
 			return nil, nil, cfg.misuse(r, fmt.Errorf("response header: %w", err))
 		}
 	}
@@ -88,7 +90,7 @@ func (cfg *config) refusalOf(r *http.Request, err error) *HandshakeError {
 		// handshake over HTTP/2.
 		return cfg.misuse(r, fmt.Errorf("refusal with status %d: a refusal needs a 3xx, 4xx or 5xx status", refusal.Status))
 	}
-	if err := checkFields(refusal.Header, refusalOwn); err != nil {
+	if err := handshake.CheckFields(refusal.Header, handshake.RefusalOwn); err != nil {
 		return cfg.misuse(r, fmt.Errorf("refusal header: %w", err))
 	}
 	if refusal.Err == nil && err != error(he) {
@@ -108,118 +110,13 @@ func (cfg *config) misuse(r *http.Request, err error) *HandshakeError {
 	return &HandshakeError{Status: http.StatusInternalServerError, Err: err}
 }
 
-// chooseSubprotocol takes the Sec-WebSocket-Protocol field out of extra,
-// where OnRequest may have set it, and makes its value the subprotocol. The
-// value must be one of the subprotocols the client offered (RFC 6455
-// §4.2.2): a client fails a handshake that names another.
-func chooseSubprotocol(req, extra http.Header, hs *handshakeResult) error {
-	var chosen []string
-	for k, v := range extra {
-		if strings.EqualFold(k, "Sec-WebSocket-Protocol") {
-			chosen = append(chosen, v...)
-			delete(extra, k)
-		}
-	}
-	if chosen == nil {
-		return nil
-	}
-	offered := handshake.Tokens(req, "Sec-WebSocket-Protocol")
-	if len(chosen) != 1 || !slices.Contains(offered, chosen[0]) {
-		return fmt.Errorf("OnRequest chose the subprotocol %q; the client offered %q", chosen, offered)
-	}
-	hs.subprotocol = chosen[0]
-	return nil
-}
-
-// The fields the handshake writes itself, which are skipped in those the
-// application gives: a 101 (or an HTTP/2 200) has its own Upgrade,
-// Connection and Sec-WebSocket fields and no content (RFC 9110 §8.6), and a
-// refusal's length and connection handling are gust's.
-var (
-	responseFields = [...]string{
-		"Upgrade", "Connection", "Sec-WebSocket-Accept", "Sec-WebSocket-Protocol",
-		"Sec-WebSocket-Extensions", "Content-Length", "Transfer-Encoding",
-	}
-	refusalFields = [...]string{"Connection", "Content-Length", "Transfer-Encoding"}
-)
-
-func responseOwn(name string) bool { return hasFold(responseFields[:], name) }
-func refusalOwn(name string) bool  { return hasFold(refusalFields[:], name) }
-
-func hasFold(names []string, name string) bool {
-	for _, n := range names {
-		if strings.EqualFold(n, name) {
-			return true
-		}
-	}
-	return false
-}
-
-// checkFields returns an error naming the first field of h that would
-// corrupt the response it goes into: a name that is not a token, or a
-// value with a control character (CR or LF would end the field early and
-// let the value write fields, or a body, of its own). Fields own reports
-// are skipped, as appendFields skips them.
-func checkFields(h http.Header, own func(string) bool) error {
-	for k, vs := range h {
-		if own(k) {
-			continue
-		}
-		if !handshake.ValidFieldName(k) {
-			return fmt.Errorf("invalid field name %q", k)
-		}
-		for _, v := range vs {
-			if !handshake.ValidFieldValue(v) {
-				return fmt.Errorf("invalid value %q in field %s", v, k)
-			}
-		}
-	}
-	return nil
-}
-
-// appendFields appends the fields of h that own does not report, which
-// checkFields has passed, one line per value.
-func appendFields(b []byte, h http.Header, own func(string) bool) []byte {
-	for k, vs := range h {
-		if own(k) {
-			continue
-		}
-		for _, v := range vs {
-			b = append(b, k...)
-			b = append(b, ": "...)
-			b = append(b, v...)
-			b = append(b, "\r\n"...)
-		}
-	}
-	return b
-}
-
-// appendStatusLine appends an HTTP/1.1 status line.
-func appendStatusLine(b []byte, status int) []byte {
-	b = append(b, "HTTP/1.1 "...)
-	b = strconv.AppendInt(b, int64(status), 10)
-	b = append(b, ' ')
-	b = append(b, http.StatusText(status)...)
-	return append(b, "\r\n"...)
-}
-
 // writeRefusal answers, on a Server's connection, a handshake that accept
 // refused: the status, header fields and body of herr, with Connection:
 // close since the connection ends. The connection's handshake deadline
 // bounds the write, however large the body. Without a Content-Type of its
 // own, a body gets the one net/http would give it.
 func writeRefusal(nc net.Conn, herr *HandshakeError) error {
-	head := appendStatusLine(make([]byte, 0, 256), herr.Status)
-	head = append(head, "Connection: close\r\n"...)
-	if len(herr.Body) > 0 && herr.Header.Get("Content-Type") == "" {
-		head = append(head, "Content-Type: "...)
-		head = append(head, http.DetectContentType(herr.Body)...)
-		head = append(head, "\r\n"...)
-	}
-	head = appendFields(head, herr.Header, refusalOwn)
-	head = append(head, "Content-Length: "...)
-	head = strconv.AppendInt(head, int64(len(herr.Body)), 10)
-	head = append(head, "\r\n\r\n"...)
+	head := handshake.AppendRefusal(make([]byte, 0, 256), herr.Status, herr.Header, herr.Body)
 	bufs := net.Buffers{head, herr.Body}
 	_, err := bufs.WriteTo(nc)
 	return err
@@ -232,7 +129,7 @@ func writeRefusal(nc net.Conn, herr *HandshakeError) error {
 func respondRefusal(w http.ResponseWriter, herr *HandshakeError, timeout time.Duration) {
 	h := w.Header()
 	for k, v := range herr.Header {
-		if !refusalOwn(k) {
+		if !handshake.RefusalOwn(k) {
 			h[k] = v
 		}
 	}

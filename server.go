@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
-	"strconv"
 	"sync"
 	"time"
 
@@ -304,7 +302,7 @@ func (s *Server) handshake(nc net.Conn) (c *Conn, plain net.Conn) {
 	if !s.commit(nc) {
 		return nil, nil
 	}
-	if _, err := nc.Write(cfg.appendResponse((*buf)[w:w], hs, nil, extra)); err != nil {
+	if _, err := nc.Write(handshake.AppendResponse((*buf)[w:w], hs.key, hs.subprotocol, hs.extensions(), cfg.ResponseHeader, extra)); err != nil {
 		cfg.reportHandshake(0)
 		return nil, nil
 	}
@@ -316,64 +314,16 @@ func (s *Server) handshake(nc net.Conn) (c *Conn, plain net.Conn) {
 
 // refuse answers a handshake request with an HTTP error, and reports it.
 func refuse(nc net.Conn, cfg *config, status int, reason string) {
-	nc.Write(appendErrorResponse(nil, status, reason))
+	nc.Write(handshake.AppendError(nil, status, reason))
 	cfg.reportHandshake(status)
 }
 
 // newHTTPRequest makes the *http.Request that checkRequest and CheckOrigin
-// receive, refusing what net/http refuses before a handler runs: an
-// HTTP/1.1 request needs exactly one Host field (RFC 9112 §3.2), and
-// Content-Length must be a number. Content-Length and Transfer-Encoding
-// fill the fields net/http fills, so that checkRequest sees a body the same
-// way on both server paths.
+// receive (handshake.Request.HTTPRequest), with the connection's TLS state.
 func newHTTPRequest(req *handshake.Request, nc net.Conn) (*http.Request, *HandshakeError) {
-	bad := func(reason string) (*http.Request, *HandshakeError) {
-		return nil, refusal(http.StatusBadRequest, reason)
-	}
-	u, err := url.ParseRequestURI(req.RequestURI)
-	if err != nil {
-		return bad("invalid request target")
-	}
-	major, minor, ok := http.ParseHTTPVersion(req.Proto)
-	if !ok {
-		return bad("malformed HTTP version")
-	}
-	hosts := req.Header.Values("Host")
-	if len(hosts) > 1 {
-		return bad("more than one Host header")
-	}
-	if len(hosts) == 0 && (major > 1 || major == 1 && minor >= 1) {
-		return bad("missing Host header")
-	}
-	var length int64
-	if cl := req.Header.Values("Content-Length"); len(cl) > 0 {
-		for _, v := range cl[1:] {
-			if v != cl[0] {
-				return bad("conflicting Content-Length headers")
-			}
-		}
-		n, err := strconv.ParseUint(cl[0], 10, 63) // digits only, no sign
-		if err != nil {
-			return bad("invalid Content-Length header")
-		}
-		length = int64(n)
-	}
-	te := req.Header.Values("Transfer-Encoding")
-	if len(te) > 0 {
-		length = -1 // as net/http: the length is not known in advance
-	}
-	r := &http.Request{
-		Method:           req.Method,
-		URL:              u,
-		Proto:            req.Proto,
-		ProtoMajor:       major,
-		ProtoMinor:       minor,
-		Header:           req.Header,
-		ContentLength:    length,
-		TransferEncoding: te,
-		Host:             req.Header.Get("Host"),
-		RequestURI:       req.RequestURI,
-		RemoteAddr:       nc.RemoteAddr().String(),
+	r, herr := req.HTTPRequest(nc.RemoteAddr().String())
+	if herr != nil {
+		return nil, refusal(herr.Status, herr.Reason)
 	}
 	if tc, ok := nc.(*tls.Conn); ok {
 		st := tc.ConnectionState()

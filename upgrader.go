@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/url"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -183,7 +180,7 @@ func (u *Upgrader) upgrade(w http.ResponseWriter, r *http.Request) (*Conn, error
 	if r.ProtoMajor == 2 {
 		return u.upgradeH2(w, r, cfg, c, hs, extra)
 	}
-	resp := cfg.appendResponse(make([]byte, 0, 256), hs, w.Header(), extra)
+	resp := handshake.AppendResponse(make([]byte, 0, 256), hs.key, hs.subprotocol, hs.extensions(), w.Header(), cfg.ResponseHeader, extra)
 	nc, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		http.Error(w, "cannot take over the connection", http.StatusInternalServerError)
@@ -208,25 +205,7 @@ func (u *Upgrader) upgrade(w http.ResponseWriter, r *http.Request) (*Conn, error
 // on w before Upgrade, then ResponseHeader's and extra's (OnRequest's),
 // except those the handshake sets itself; accept has checked them all.
 func (u *Upgrader) upgradeH2(w http.ResponseWriter, r *http.Request, cfg *config, c *Conn, hs handshakeResult, extra http.Header) (*Conn, error) {
-	h := w.Header()
-	for k := range h {
-		if responseOwn(k) {
-			delete(h, k)
-		}
-	}
-	if hs.subprotocol != "" {
-		h.Set("Sec-WebSocket-Protocol", hs.subprotocol)
-	}
-	if hs.deflate != nil {
-		h.Set("Sec-WebSocket-Extensions", hs.deflate.String())
-	}
-	for _, fields := range [...]http.Header{cfg.ResponseHeader, extra} {
-		for k, v := range fields {
-			if !responseOwn(k) {
-				h[k] = append(h[k], v...)
-			}
-		}
-	}
+	handshake.SetResponse(w.Header(), hs.subprotocol, hs.extensions(), cfg.ResponseHeader, extra)
 	s, err := h2conn.Accept(w, r)
 	if err != nil {
 		return nil, fmt.Errorf("gust: flushing the HTTP/2 handshake response: %w", err)
@@ -242,62 +221,23 @@ type handshakeResult struct {
 	deflate     *deflate.Params
 }
 
-// checkRequest checks a handshake request (RFC 6455 §4.2.1) and settles the
-// subprotocol and extensions.
-func (cfg *config) checkRequest(r *http.Request) (hs handshakeResult, herr *HandshakeError) {
-	fail := func(status int, reason string) (handshakeResult, *HandshakeError) {
-		return handshakeResult{}, refusal(status, reason)
+// extensions is the response's Sec-WebSocket-Extensions, or "".
+func (hs *handshakeResult) extensions() string {
+	if hs.deflate == nil {
+		return ""
 	}
-	h2 := r.ProtoMajor == 2
-	var key string
-	if h2 {
-		// RFC 8441 §4: an extended CONNECT with :protocol websocket, and no
-		// Upgrade, Connection or Sec-WebSocket-Key.
-		if r.Method != http.MethodConnect {
-			return fail(http.StatusMethodNotAllowed, "over HTTP/2 the handshake method must be CONNECT")
-		}
-		if !strings.EqualFold(r.Header.Get(":protocol"), "websocket") {
-			return fail(http.StatusBadRequest, ":protocol must be websocket")
-		}
-	} else {
-		if r.Method != http.MethodGet {
-			return fail(http.StatusMethodNotAllowed, "handshake method must be GET")
-		}
-		if !r.ProtoAtLeast(1, 1) {
-			return fail(http.StatusBadRequest, "handshake needs HTTP/1.1")
-		}
-		if !handshake.HasToken(r.Header, "Connection", "upgrade") {
-			return fail(http.StatusBadRequest, "Connection header must contain upgrade")
-		}
-		if !handshake.HasToken(r.Header, "Upgrade", "websocket") {
-			return fail(http.StatusBadRequest, "Upgrade header must be websocket")
-		}
-		// The handshake is a GET (RFC 6455 §4.1), whose content has no
-		// defined meaning (RFC 9110 §9.3.1), and the bytes after the head
-		// are read as WebSocket frames: a body would be taken for frames.
-		// net/http passes such a request on, so the check is ours. Over
-		// HTTP/2 the stream's data is the WebSocket connection itself.
-		if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
-			return fail(http.StatusBadRequest, "handshake request must not have a body")
-		}
+	return hs.deflate.String()
+}
+
+// checkRequest checks a handshake request (RFC 6455 §4.2.1, RFC 8441 §4)
+// with handshake.CheckRequest and CheckOrigin, and settles the subprotocol
+// and extensions.
+func (cfg *config) checkRequest(r *http.Request) (handshakeResult, *HandshakeError) {
+	key, herr := handshake.CheckRequest(r, cfg.CheckOrigin)
+	if herr != nil {
+		return handshakeResult{}, refusal(herr.Status, herr.Reason)
 	}
-	if v := r.Header.Values("Sec-WebSocket-Version"); len(v) != 1 || v[0] != "13" {
-		return fail(http.StatusUpgradeRequired, "unsupported version; this server speaks 13")
-	}
-	if !h2 {
-		key = r.Header.Get("Sec-WebSocket-Key")
-		if len(r.Header.Values("Sec-WebSocket-Key")) != 1 || !handshake.ValidKey(key) {
-			return fail(http.StatusBadRequest, "missing or invalid Sec-WebSocket-Key")
-		}
-	}
-	check := cfg.CheckOrigin
-	if check == nil {
-		check = sameOrigin
-	}
-	if !check(r) {
-		return fail(http.StatusForbidden, "origin not allowed")
-	}
-	hs = handshakeResult{key: key, subprotocol: cfg.selectSubprotocol(r.Header)}
+	hs := handshakeResult{key: key, subprotocol: handshake.SelectSubprotocol(cfg.Subprotocols, r.Header)}
 	if cfg.deflate.Enabled {
 		offers, _ := handshake.Extensions(r.Header) // a malformed header declines compression
 		if p, ok := deflate.Negotiate(offers, &cfg.deflate); ok {
@@ -305,76 +245,6 @@ func (cfg *config) checkRequest(r *http.Request) (hs handshakeResult, herr *Hand
 		}
 	}
 	return hs, nil
-}
-
-// sameOrigin accepts requests without an Origin header and requests whose
-// Origin host is the request's Host.
-func sameOrigin(r *http.Request) bool {
-	origin := r.Header.Values("Origin")
-	if len(origin) == 0 {
-		return true
-	}
-	u, err := url.Parse(origin[0])
-	if err != nil {
-		return false
-	}
-	return strings.EqualFold(u.Host, r.Host)
-}
-
-func (cfg *config) selectSubprotocol(h http.Header) string {
-	if len(cfg.Subprotocols) == 0 {
-		return ""
-	}
-	offered := handshake.Tokens(h, "Sec-WebSocket-Protocol")
-	for _, p := range cfg.Subprotocols {
-		for _, o := range offered {
-			if o == p {
-				return p
-			}
-		}
-	}
-	return ""
-}
-
-// appendResponse appends the 101 response to b, with the fields of pre (the
-// ResponseWriter's, on an Upgrader), ResponseHeader and extra (OnRequest's)
-// after its own; accept has checked them.
-func (cfg *config) appendResponse(b []byte, hs handshakeResult, pre, extra http.Header) []byte {
-	b = append(b, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: "...)
-	b = append(b, handshake.AcceptKey(hs.key)...)
-	b = append(b, "\r\n"...)
-	if hs.subprotocol != "" {
-		b = append(b, "Sec-WebSocket-Protocol: "...)
-		b = append(b, hs.subprotocol...)
-		b = append(b, "\r\n"...)
-	}
-	if hs.deflate != nil {
-		b = append(b, "Sec-WebSocket-Extensions: "...)
-		b = append(b, hs.deflate.String()...)
-		b = append(b, "\r\n"...)
-	}
-	b = appendFields(b, pre, responseOwn)
-	b = appendFields(b, cfg.ResponseHeader, responseOwn)
-	b = appendFields(b, extra, responseOwn)
-	return append(b, "\r\n"...)
-}
-
-// appendErrorResponse appends a complete HTTP error response to b, for the
-// Server path, which does not go through net/http.
-func appendErrorResponse(b []byte, status int, reason string) []byte {
-	b = appendStatusLine(b, status)
-	b = append(b, "Content-Type: text/plain; charset=utf-8\r\nConnection: close\r\n"...)
-	switch status {
-	case http.StatusUpgradeRequired:
-		b = append(b, "Sec-WebSocket-Version: 13\r\n"...)
-	case http.StatusMethodNotAllowed:
-		b = append(b, "Allow: GET\r\n"...)
-	}
-	b = append(b, "Content-Length: "...)
-	b = strconv.AppendInt(b, int64(len(reason)+1), 10)
-	b = append(b, "\r\n\r\n"...)
-	b = append(b, reason...)
-	return append(b, '\n')
 }
 
 // errNotOpen is what a Conn whose handshake has not completed returns to a

@@ -1,6 +1,9 @@
-// Package handshake parses the HTTP/1.1 request head that opens a
-// WebSocket connection on gust's own server, and computes and checks the
-// values of the WebSocket opening handshake (RFC 6455 section 4).
+// Package handshake is the WebSocket opening handshake (RFC 6455 section 4,
+// RFC 8441 over HTTP/2) as pure functions over bytes, strings and
+// net/http's types: it parses the HTTP/1.1 request head on gust's own
+// server, checks a request ([CheckRequest]) and writes or sets the answers,
+// accepting or refusing, and builds the client's request and checks the
+// server's answer. It knows nothing of connections.
 //
 // [Parse] works on a byte slice the caller has read, so the caller can
 // keep any bytes that follow the head (a client may send its first frames
