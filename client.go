@@ -4,9 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/tls"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -80,11 +78,6 @@ type DialOptions struct {
 	// to), Dial falls back to HTTP/1.1 on a new connection. Each Dial uses
 	// its own TCP connection. Default false: HTTP/1.1 only.
 	HTTP2 bool
-}
-
-// badHandshake is an answer of 101 that breaks the protocol.
-func badHandshake(format string, args ...any) error {
-	return fmt.Errorf(format, args...)
 }
 
 // maxRefusalBody is how much of a refusal's body a HandshakeError keeps.
@@ -194,7 +187,7 @@ func newDialer(opts *DialOptions) (*dialer, error) {
 	}
 	d.header = make(http.Header, len(opts.Header))
 	for name, values := range opts.Header {
-		if !isToken(name) {
+		if !handshake.ValidFieldName(name) {
 			return nil, fmt.Errorf("gust: invalid request header name %q", name)
 		}
 		key := http.CanonicalHeaderKey(name)
@@ -213,7 +206,7 @@ func newDialer(opts *DialOptions) (*dialer, error) {
 		d.header[key] = append(d.header[key], values...)
 	}
 	for _, p := range d.cfg.Subprotocols {
-		if !isToken(p) {
+		if !handshake.IsToken(p) {
 			return nil, fmt.Errorf("gust: invalid subprotocol %q: it must be an HTTP token", p)
 		}
 	}
@@ -357,10 +350,10 @@ func (d *dialer) handshake(ctx context.Context, nc, raw net.Conn, u *url.URL, h 
 		release()
 		return nil, resp, dialFailed(ctx, err)
 	}
-	key := newChallengeKey()
-	req := d.request(u, key)
+	key := handshake.NewKey()
+	req := handshake.ClientRequest(u, d.host, handshake.ClientFields(d.header, d.protocol, d.offer), key)
 	var buf bytes.Buffer
-	d.writeRequest(&buf, req)
+	handshake.WriteRequest(&buf, req)
 	if _, err := nc.Write(buf.Bytes()); err != nil {
 		return fail(nil, err)
 	}
@@ -382,7 +375,10 @@ func (d *dialer) handshake(ctx context.Context, nc, raw net.Conn, u *url.URL, h 
 		resp.Body = io.NopCloser(bytes.NewReader(body))
 		return fail(resp, &HandshakeError{URL: u.Redacted(), Status: resp.StatusCode, Header: resp.Header, Body: body})
 	}
-	subprotocol, params, err := d.checkResponse(resp, key)
+	if err := handshake.CheckResponse(resp.Header, key); err != nil {
+		return fail(resp, err)
+	}
+	subprotocol, params, err := d.checkNegotiated(resp.Header)
 	if err != nil {
 		return fail(resp, err)
 	}
@@ -442,122 +438,16 @@ func (d *dialer) handshakeH2(ctx context.Context, tc *tls.Conn, u *url.URL, h Ev
 	return c, resp, nil
 }
 
-// newChallengeKey returns a Sec-WebSocket-Key: 16 random bytes in base64.
-func newChallengeKey() string {
-	var k [16]byte
-	rand.Read(k[:]) // never fails (crypto/rand)
-	return base64.StdEncoding.EncodeToString(k[:])
-}
-
-// request is the handshake request, as the response's Request reports it.
-func (d *dialer) request(u *url.URL, key string) *http.Request {
-	host := u.Host
-	if d.host != "" {
-		host = d.host
-	}
-	h := d.header.Clone()
-	h.Set("Upgrade", "websocket")
-	h.Set("Connection", "Upgrade")
-	h.Set("Sec-WebSocket-Key", key)
-	h.Set("Sec-WebSocket-Version", "13")
-	if d.protocol != "" {
-		h.Set("Sec-WebSocket-Protocol", d.protocol)
-	}
-	if d.offer != "" {
-		h.Set("Sec-WebSocket-Extensions", d.offer)
-	}
-	if u.User != nil && h.Get("Authorization") == "" {
-		pass, _ := u.User.Password()
-		h.Set("Authorization", "Basic "+basicAuth(u.User.Username(), pass))
-	}
-	return &http.Request{Method: http.MethodGet, URL: u, Host: host, Header: h,
-		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1}
-}
-
-// writeRequest writes the request head: the request line, Host, the
-// WebSocket headers, then the others in sorted order (newlines in values
-// become spaces).
-func (d *dialer) writeRequest(b *bytes.Buffer, req *http.Request) {
-	b.WriteString("GET ")
-	b.WriteString(req.URL.RequestURI())
-	b.WriteString(" HTTP/1.1\r\nHost: ")
-	b.WriteString(req.Host)
-	b.WriteString("\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: ")
-	b.WriteString(req.Header.Get("Sec-WebSocket-Key"))
-	b.WriteString("\r\nSec-WebSocket-Version: 13\r\n")
-	if d.protocol != "" {
-		b.WriteString("Sec-WebSocket-Protocol: " + d.protocol + "\r\n")
-	}
-	if d.offer != "" {
-		b.WriteString("Sec-WebSocket-Extensions: " + d.offer + "\r\n")
-	}
-	req.Header.WriteSubset(b, writtenHeaders)
-	b.WriteString("\r\n")
-}
-
-var writtenHeaders = map[string]bool{
-	"Upgrade": true, "Connection": true, "Sec-Websocket-Key": true, "Sec-Websocket-Version": true,
-	"Sec-Websocket-Protocol": true, "Sec-Websocket-Extensions": true,
-}
-
-// checkResponse checks a 101 response (RFC 6455 §4.1) and settles the
-// subprotocol and the permessage-deflate parameters.
-func (d *dialer) checkResponse(resp *http.Response, key string) (string, *deflate.Params, error) {
-	h := resp.Header
-	if !handshake.HasToken(h, "Upgrade", "websocket") {
-		return "", nil, badHandshake("Upgrade header is %q, not websocket", h.Get("Upgrade"))
-	}
-	if !handshake.HasToken(h, "Connection", "upgrade") {
-		return "", nil, badHandshake("Connection header %q does not contain upgrade", h.Get("Connection"))
-	}
-	if accept := h.Values("Sec-WebSocket-Accept"); len(accept) != 1 || accept[0] != handshake.AcceptKey(key) {
-		return "", nil, badHandshake("Sec-WebSocket-Accept %q does not answer the key", accept)
-	}
-	return d.checkNegotiated(h)
-}
-
 // checkNegotiated settles the subprotocol and the permessage-deflate
 // parameters of an accepting response, over HTTP/1.1 or HTTP/2.
 func (d *dialer) checkNegotiated(h http.Header) (string, *deflate.Params, error) {
-	var subprotocol string
-	switch protos := handshake.Tokens(h, "Sec-WebSocket-Protocol"); {
-	case len(protos) > 1:
-		return "", nil, badHandshake("the server selected several subprotocols: %q", protos)
-	case len(protos) == 1:
-		subprotocol = protos[0]
-		offered := false
-		for _, p := range d.cfg.Subprotocols {
-			offered = offered || p == subprotocol
-		}
-		if !offered {
-			return "", nil, badHandshake("the server selected subprotocol %q, which was not offered", subprotocol)
-		}
+	subprotocol, err := handshake.CheckSubprotocol(h, d.cfg.Subprotocols)
+	if err != nil {
+		return "", nil, err
 	}
 	params, err := deflate.Accept(h, &d.cfg.deflate)
 	if err != nil {
 		return "", nil, err
 	}
 	return subprotocol, params, nil
-}
-
-// isToken reports whether s is a non-empty HTTP token (RFC 9110 §5.6.2).
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
-			return false
-		}
-	}
-	return true
-}
-
-// basicAuth is the credentials part of a Basic Authorization header.
-func basicAuth(user, pass string) string {
-	return base64.StdEncoding.EncodeToString([]byte(user + ":" + pass))
 }

@@ -1,8 +1,24 @@
 package handshake
 
-import "net/http"
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+)
 
-// The client's side of the opening handshake (RFC 6455 §4.1).
+// The client's side of the opening handshake (RFC 6455 §4.1): its request
+// and the checks of the server's answer.
+
+// NewKey returns a Sec-WebSocket-Key: 16 random bytes in base64.
+func NewKey() string {
+	var k [16]byte
+	rand.Read(k[:]) // never fails (crypto/rand)
+	return base64.StdEncoding.EncodeToString(k[:])
+}
 
 // ClientFields returns a copy of header with the fields of the opening
 // handshake that HTTP/1.1 and HTTP/2 share: Sec-WebSocket-Version, and
@@ -21,4 +37,80 @@ func ClientFields(header http.Header, subprotocols, extensions string) http.Head
 		h.Set("Sec-WebSocket-Extensions", extensions)
 	}
 	return h
+}
+
+// ClientRequest is the handshake request over HTTP/1.1 for u, with the
+// fields that ClientFields returned, the challenge key, and Basic
+// credentials from u's userinfo unless fields has an Authorization. host,
+// if not "", is the Host instead of u's.
+func ClientRequest(u *url.URL, host string, fields http.Header, key string) *http.Request {
+	if host == "" {
+		host = u.Host
+	}
+	fields.Set("Upgrade", "websocket")
+	fields.Set("Connection", "Upgrade")
+	fields.Set("Sec-WebSocket-Key", key)
+	if u.User != nil && fields.Get("Authorization") == "" {
+		pass, _ := u.User.Password()
+		fields.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(u.User.Username()+":"+pass)))
+	}
+	return &http.Request{Method: http.MethodGet, URL: u, Host: host, Header: fields,
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1}
+}
+
+// WriteRequest writes the head of req, which ClientRequest made: the
+// request line, Host, the WebSocket fields, then the others in sorted
+// order (newlines in values become spaces).
+func WriteRequest(b *bytes.Buffer, req *http.Request) {
+	b.WriteString("GET ")
+	b.WriteString(req.URL.RequestURI())
+	b.WriteString(" HTTP/1.1\r\nHost: ")
+	b.WriteString(req.Host)
+	b.WriteString("\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: ")
+	b.WriteString(req.Header.Get("Sec-WebSocket-Key"))
+	b.WriteString("\r\nSec-WebSocket-Version: 13\r\n")
+	if p := req.Header.Get("Sec-WebSocket-Protocol"); p != "" {
+		b.WriteString("Sec-WebSocket-Protocol: " + p + "\r\n")
+	}
+	if e := req.Header.Get("Sec-WebSocket-Extensions"); e != "" {
+		b.WriteString("Sec-WebSocket-Extensions: " + e + "\r\n")
+	}
+	req.Header.WriteSubset(b, writtenFields)
+	b.WriteString("\r\n")
+}
+
+var writtenFields = map[string]bool{
+	"Upgrade": true, "Connection": true, "Sec-Websocket-Key": true, "Sec-Websocket-Version": true,
+	"Sec-Websocket-Protocol": true, "Sec-Websocket-Extensions": true,
+}
+
+// CheckResponse checks the Upgrade, Connection and Sec-WebSocket-Accept
+// fields of a 101 answer to the handshake of key (RFC 6455 §4.1).
+func CheckResponse(h http.Header, key string) error {
+	if !HasToken(h, "Upgrade", "websocket") {
+		//lint:ignore ST1005 the message begins with the field's name
+		return fmt.Errorf("Upgrade header is %q, not websocket", h.Get("Upgrade"))
+	}
+	if !HasToken(h, "Connection", "upgrade") {
+		//lint:ignore ST1005 the message begins with the field's name
+		return fmt.Errorf("Connection header %q does not contain upgrade", h.Get("Connection"))
+	}
+	if accept := h.Values("Sec-WebSocket-Accept"); len(accept) != 1 || accept[0] != AcceptKey(key) {
+		return fmt.Errorf("Sec-WebSocket-Accept %q does not answer the key", accept)
+	}
+	return nil
+}
+
+// CheckSubprotocol returns the subprotocol an accepting answer selected,
+// over HTTP/1.1 or HTTP/2: "" for none, else one of offered.
+func CheckSubprotocol(h http.Header, offered []string) (string, error) {
+	switch protos := Tokens(h, "Sec-WebSocket-Protocol"); {
+	case len(protos) > 1:
+		return "", fmt.Errorf("the server selected several subprotocols: %q", protos)
+	case len(protos) == 1 && !slices.Contains(offered, protos[0]):
+		return "", fmt.Errorf("the server selected subprotocol %q, which was not offered", protos[0])
+	case len(protos) == 1:
+		return protos[0], nil
+	}
+	return "", nil
 }

@@ -70,12 +70,16 @@ func Tokens(h http.Header, name string) []string {
 
 // ValidFieldName reports whether name can be sent as a header field name:
 // a non-empty token (RFC 9110 section 5.1).
-func ValidFieldName(name string) bool {
-	if name == "" {
+func ValidFieldName(name string) bool { return IsToken(name) }
+
+// IsToken reports whether s is a non-empty token (RFC 9110 section
+// 5.6.2), as a field name or a subprotocol must be.
+func IsToken(s string) bool {
+	if s == "" {
 		return false
 	}
-	for i := 0; i < len(name); i++ {
-		if !tchar[name[i]] {
+	for i := 0; i < len(s); i++ {
+		if !tchar[s[i]] {
 			return false
 		}
 	}

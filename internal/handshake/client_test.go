@@ -1,0 +1,155 @@
+package handshake
+
+import (
+	"bufio"
+	"bytes"
+	"net/http"
+	"net/url"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestNewKey(t *testing.T) {
+	t.Parallel()
+	a, b := NewKey(), NewKey()
+	require.True(t, ValidKey(a), a)
+	require.NotEqual(t, a, b)
+}
+
+func TestClientFields(t *testing.T) {
+	t.Parallel()
+	header := http.Header{"Origin": {"https://a.example"}}
+	h := ClientFields(header, "chat, v2", "permessage-deflate")
+	require.Equal(t, http.Header{
+		"Origin":                   {"https://a.example"},
+		"Sec-Websocket-Version":    {"13"},
+		"Sec-Websocket-Protocol":   {"chat, v2"},
+		"Sec-Websocket-Extensions": {"permessage-deflate"},
+	}, h)
+	h["Origin"][0] = "changed"
+	require.Equal(t, "https://a.example", header.Get("Origin"), "a copy")
+	require.Equal(t, http.Header{"Sec-Websocket-Version": {"13"}}, ClientFields(nil, "", ""))
+}
+
+func TestClientRequest(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse("ws://user:pa%20ss@example.com:8080/chat?room=1")
+	require.NoError(t, err)
+	fields := ClientFields(http.Header{"Origin": {"http://example.com"}, "X-Multi": {"a\r\nb"}}, "chat", "permessage-deflate")
+	req := ClientRequest(u, "", fields, "dGhlIHNhbXBsZSBub25jZQ==")
+	require.Equal(t, "example.com:8080", req.Host)
+	require.Equal(t, "Basic dXNlcjpwYSBzcw==", req.Header.Get("Authorization"))
+	var b bytes.Buffer
+	WriteRequest(&b, req)
+	require.Equal(t, "GET /chat?room=1 HTTP/1.1\r\n"+
+		"Host: example.com:8080\r\n"+
+		"Upgrade: websocket\r\n"+
+		"Connection: Upgrade\r\n"+
+		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"+
+		"Sec-WebSocket-Version: 13\r\n"+
+		"Sec-WebSocket-Protocol: chat\r\n"+
+		"Sec-WebSocket-Extensions: permessage-deflate\r\n"+
+		"Authorization: Basic dXNlcjpwYSBzcw==\r\n"+
+		"Origin: http://example.com\r\n"+
+		"X-Multi: a  b\r\n"+
+		"\r\n", b.String())
+
+	// Host replaced; an Authorization of the caller's wins over userinfo;
+	// no subprotocol or extension lines when none are offered.
+	req = ClientRequest(u, "other.example", ClientFields(http.Header{"Authorization": {"Bearer t"}}, "", ""), "AAAAAAAAAAAAAAAAAAAAAA==")
+	b.Reset()
+	WriteRequest(&b, req)
+	require.Equal(t, "GET /chat?room=1 HTTP/1.1\r\n"+
+		"Host: other.example\r\n"+
+		"Upgrade: websocket\r\n"+
+		"Connection: Upgrade\r\n"+
+		"Sec-WebSocket-Key: AAAAAAAAAAAAAAAAAAAAAA==\r\n"+
+		"Sec-WebSocket-Version: 13\r\n"+
+		"Authorization: Bearer t\r\n"+
+		"\r\n", b.String())
+}
+
+func TestCheckResponse(t *testing.T) {
+	t.Parallel()
+	const key = "dGhlIHNhbXBsZSBub25jZQ=="
+	good := func() http.Header {
+		return http.Header{"Upgrade": {"WebSocket"}, "Connection": {"keep-alive, upgrade"},
+			"Sec-Websocket-Accept": {"s3pPLMBiTxaQ9kYGzzhZRbK+xOo="}}
+	}
+	require.NoError(t, CheckResponse(good(), key))
+	tests := []struct {
+		change func(http.Header)
+		err    string
+	}{
+		{func(h http.Header) { h.Set("Upgrade", "h2c") }, `Upgrade header is "h2c", not websocket`},
+		{func(h http.Header) { h.Del("Connection") }, `Connection header "" does not contain upgrade`},
+		{func(h http.Header) { h.Set("Sec-WebSocket-Accept", "x") }, `Sec-WebSocket-Accept ["x"] does not answer the key`},
+		{func(h http.Header) { h.Add("Sec-WebSocket-Accept", "x") },
+			`Sec-WebSocket-Accept ["s3pPLMBiTxaQ9kYGzzhZRbK+xOo=" "x"] does not answer the key`},
+		{func(h http.Header) { h.Del("Sec-WebSocket-Accept") }, `Sec-WebSocket-Accept [] does not answer the key`},
+	}
+	for _, tt := range tests {
+		h := good()
+		tt.change(h)
+		require.EqualError(t, CheckResponse(h, key), tt.err)
+	}
+}
+
+func TestCheckSubprotocol(t *testing.T) {
+	t.Parallel()
+	offered := []string{"chat", "v2"}
+	p, err := CheckSubprotocol(http.Header{}, offered)
+	require.NoError(t, err)
+	require.Equal(t, "", p)
+	p, err = CheckSubprotocol(http.Header{"Sec-Websocket-Protocol": {" v2 "}}, offered)
+	require.NoError(t, err)
+	require.Equal(t, "v2", p)
+	_, err = CheckSubprotocol(http.Header{"Sec-Websocket-Protocol": {"v3"}}, offered)
+	require.EqualError(t, err, `the server selected subprotocol "v3", which was not offered`)
+	_, err = CheckSubprotocol(http.Header{"Sec-Websocket-Protocol": {"v3"}}, nil)
+	require.EqualError(t, err, `the server selected subprotocol "v3", which was not offered`)
+	_, err = CheckSubprotocol(http.Header{"Sec-Websocket-Protocol": {"chat, v2"}}, offered)
+	require.EqualError(t, err, `the server selected several subprotocols: ["chat" "v2"]`)
+}
+
+func TestIsToken(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{"chat", "v1.2", "a!#$%&'*+-.^_`|~Z9"} {
+		require.True(t, IsToken(s), s)
+	}
+	for _, s := range []string{"", "a b", "a,b", "a/b", "é", "a\x00"} {
+		require.False(t, IsToken(s), s)
+	}
+}
+
+// TestHandshakeRoundTrip runs a whole opening handshake through the pure
+// functions: the client's request is parsed, checked and answered by the
+// server's, and the client accepts the answer.
+func TestHandshakeRoundTrip(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse("ws://example.com/ws")
+	require.NoError(t, err)
+	key := NewKey()
+	var b bytes.Buffer
+	WriteRequest(&b, ClientRequest(u, "", ClientFields(nil, "chat, v2", ""), key))
+
+	req, n, err := Parse(b.Bytes(), 4096)
+	require.NoError(t, err)
+	require.Equal(t, b.Len(), n)
+	r, herr := req.HTTPRequest("192.0.2.1:1")
+	require.Nil(t, herr)
+	gotKey, herr := CheckRequest(r, nil)
+	require.Nil(t, herr)
+	require.Equal(t, key, gotKey)
+	sub := SelectSubprotocol([]string{"v2"}, r.Header)
+
+	answer := AppendResponse(nil, gotKey, sub, "")
+	resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(answer)), nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusSwitchingProtocols, resp.StatusCode)
+	require.NoError(t, CheckResponse(resp.Header, key))
+	p, err := CheckSubprotocol(resp.Header, []string{"chat", "v2"})
+	require.NoError(t, err)
+	require.Equal(t, "v2", p)
+}
