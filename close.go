@@ -12,8 +12,9 @@ import (
 	"unicode/utf8"
 )
 
-// The closing handshake: the close state, Close and CloseNow, the close
-// frame, failing a connection and lingering for the peer, and finishing it.
+// The closing handshake: the close state, Close and CloseNow, gust's close
+// frame and the peer's, failing a connection and lingering for the peer, and
+// finishing it.
 
 // closeState is how far a connection has got in ending, and why: the steps
 // below, each taken once and never undone (but for a pending Conn's
@@ -164,6 +165,28 @@ func (c *Conn) writeCloseFrame(code StatusCode, reason string) error {
 		c.closing.flushed(code)
 	}
 	return err
+}
+
+// readClose checks the peer's close frame, answers it with the same code
+// (unless gust sent its own close frame first) and returns it as an error.
+func (c *Conn) readClose(p []byte) error {
+	ce := &CloseError{Code: StatusNoStatusReceived}
+	switch {
+	case len(p) == 1:
+		return protocolError(StatusProtocolError, "close payload of one byte")
+	case len(p) >= 2:
+		ce.Code = StatusCode(binary.BigEndian.Uint16(p))
+		if !ce.Code.validOnWire() {
+			return protocolError(StatusProtocolError, "invalid close code")
+		}
+		if !c.cfg.SkipUTF8Validation && !utf8.Valid(p[2:]) {
+			return protocolError(StatusInvalidFramePayloadData, "close reason not valid UTF-8")
+		}
+		ce.Reason = string(p[2:])
+	}
+	ce.ByPeer = c.closing.received()
+	c.writeCloseFrame(ce.Code, "")
+	return ce
 }
 
 // end ends the connection for err. A protocol violation or a panic is

@@ -1,7 +1,6 @@
 package gust
 
 import (
-	"encoding/binary"
 	"errors"
 	"io"
 	"math"
@@ -468,28 +467,6 @@ func (c *Conn) control(h *frameHeader) error {
 		return c.readClose(p)
 	}
 	return nil
-}
-
-// readClose checks the peer's close frame, answers it with the same code
-// (unless gust sent its own close frame first) and returns it as an error.
-func (c *Conn) readClose(p []byte) error {
-	ce := &CloseError{Code: StatusNoStatusReceived}
-	switch {
-	case len(p) == 1:
-		return protocolError(StatusProtocolError, "close payload of one byte")
-	case len(p) >= 2:
-		ce.Code = StatusCode(binary.BigEndian.Uint16(p))
-		if !ce.Code.validOnWire() {
-			return protocolError(StatusProtocolError, "invalid close code")
-		}
-		if !c.cfg.SkipUTF8Validation && !utf8.Valid(p[2:]) {
-			return protocolError(StatusInvalidFramePayloadData, "close reason not valid UTF-8")
-		}
-		ce.Reason = string(p[2:])
-	}
-	ce.ByPeer = c.closing.received()
-	c.writeCloseFrame(ce.Code, "")
-	return ce
 }
 
 // unmask copies src to dst, unmasking on the server side; it returns the
