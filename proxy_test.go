@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -314,7 +315,9 @@ func TestDialThroughHTTPConnectProxy(t *testing.T) {
 		require.Len(t, recs, 1)
 		require.Equal(t, "gust.test:"+port, recs[0].target)
 		require.Equal(t, "Basic "+base64.StdEncoding.EncodeToString([]byte("alice:s3cr:et")), recs[0].auth)
-		require.Greater(t, p.relayed.Load(), int64(2*256<<10))
+		// The proxy counts a chunk once its write returns, which may be
+		// after the echo reached the client.
+		require.Eventually(t, func() bool { return p.relayed.Load() > 2*256<<10 }, 5*time.Second, time.Millisecond)
 	})
 	t.Run("wrong credentials", func(t *testing.T) {
 		opts := &DialOptions{Proxy: http.ProxyURL(p.url("http", url.UserPassword("alice", "nope")))}
@@ -380,7 +383,9 @@ func TestDialThroughSOCKS5Proxy(t *testing.T) {
 		require.Len(t, recs, 1)
 		require.Equal(t, byte(3), recs[0].addrType)
 		require.Equal(t, u.Host, recs[0].target)
-		require.Greater(t, p.relayed.Load(), int64(2*256<<10))
+		// The proxy counts a chunk once its write returns, which may be
+		// after the echo reached the client.
+		require.Eventually(t, func() bool { return p.relayed.Load() > 2*256<<10 }, 5*time.Second, time.Millisecond)
 	})
 	t.Run("username and password", func(t *testing.T) {
 		p := startTestProxy(t, hosts, serveSOCKS5(socksProxy{replyDomain: true}))
