@@ -76,7 +76,7 @@ func appendExtensions(out []Extension, s string) ([]Extension, error) {
 				param.HasValue = true
 				if !p.done() && p.peek() == '"' {
 					v, ok := p.quoted()
-					if !ok || !isToken([]byte(v)) { // RFC 6455 §9.1: the unquoted value must be a token
+					if !ok || !isToken(v) { // RFC 6455 §9.1: the unquoted value must be a token
 						return out, errBadExtensions
 					}
 					param.Value = v

@@ -282,12 +282,13 @@ var tchar = func() (t [256]bool) {
 	return t
 }()
 
-func isToken(s []byte) bool {
+// isToken reports whether s is a non-empty token.
+func isToken[T ~string | ~[]byte](s T) bool {
 	if len(s) == 0 {
 		return false
 	}
-	for _, c := range s {
-		if !tchar[c] {
+	for i := 0; i < len(s); i++ {
+		if !tchar[s[i]] {
 			return false
 		}
 	}

@@ -70,21 +70,11 @@ func Tokens(h http.Header, name string) []string {
 
 // ValidFieldName reports whether name can be sent as a header field name:
 // a non-empty token (RFC 9110 section 5.1).
-func ValidFieldName(name string) bool { return IsToken(name) }
+func ValidFieldName(name string) bool { return isToken(name) }
 
 // IsToken reports whether s is a non-empty token (RFC 9110 section
-// 5.6.2), as a field name or a subprotocol must be.
-func IsToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if !tchar[s[i]] {
-			return false
-		}
-	}
-	return true
-}
+// 5.6.2), as a subprotocol must be (RFC 6455 section 4.1).
+func IsToken(s string) bool { return isToken(s) }
 
 // ValidFieldValue reports whether v can be sent as a header field value
 // (RFC 9110 section 5.5): no control characters other than tab, so in
