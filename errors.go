@@ -59,24 +59,17 @@ func (s StatusCode) String() string {
 	return "StatusCode(" + strconv.Itoa(int(s)) + ")"
 }
 
-// validOnWire reports whether a peer may send code in a close frame
-// (RFC 6455 §7.4). 1004–1006 and 1015 are reserved, 1016–2999 unassigned,
-// 3000–4999 belong to libraries and applications.
+// validOnWire reports whether a close frame may carry code (RFC 6455 §7.4):
+// 1004–1006 and 1015 are reserved, 1016–2999 unassigned, 3000–4999 belong
+// to libraries and applications.
 func (s StatusCode) validOnWire() bool {
-	switch {
-	case s >= 1000 && s <= 1003, s >= 1007 && s <= 1014:
-		return true
-	case s >= 3000 && s <= 4999:
-		return true
-	}
-	return false
+	return s >= 1000 && s <= 1003 || s >= 1007 && s <= 1014 || s >= 3000 && s <= 4999
 }
 
-// CloseError is how a connection ended with a closing handshake: the code
-// and reason of the peer's close frame. ByPeer tells who started it: the
-// peer (gust answered with the same code), or this side (with Close, or
-// gust failing the connection) and the peer answered. OnClose receives one;
-// use errors.As or [CloseStatus] to read it.
+// CloseError is a connection ended by a closing handshake: the code and
+// reason of the peer's close frame, and ByPeer, true when the peer started
+// it (false: this side did, with Close or by failing the connection). OnClose
+// receives one; read it with errors.As or [CloseStatus].
 type CloseError struct {
 	Code   StatusCode
 	Reason string
@@ -107,30 +100,27 @@ func (s StatusCode) text() string {
 }
 
 // ProtocolError reports that gust failed the connection because the peer
-// broke the protocol or a limit. Code is the status gust sent in its close
-// frame: 1002 for a protocol error, 1007 for invalid UTF-8 or deflate data,
-// 1009 for a message over the size limit, 1008 for a message that took
-// longer than Options.MessageTimeout (errors.Is(err, os.ErrDeadlineExceeded)
-// holds then) or came in too many empty frames.
+// broke the protocol or a limit. Code is the status gust sent: 1002 for a
+// protocol error, 1007 for invalid UTF-8 or deflate data, 1009 for a message
+// over MaxMessageSize, 1008 for one slower than Options.MessageTimeout (it
+// then wraps os.ErrDeadlineExceeded) or in too many empty frames.
 type ProtocolError struct {
 	Code   StatusCode
 	Reason string
 
-	err error // what it wraps, if anything (os.ErrDeadlineExceeded for Options.MessageTimeout)
+	err error // os.ErrDeadlineExceeded for Options.MessageTimeout, else nil
 }
 
-// Unwrap returns the error e wraps: os.ErrDeadlineExceeded for a message
-// that did not arrive within Options.MessageTimeout, else nil.
+// Unwrap returns os.ErrDeadlineExceeded for Options.MessageTimeout, else nil.
 func (e *ProtocolError) Unwrap() error { return e.err }
 
 func (e *ProtocolError) Error() string {
 	return "gust: " + e.Reason + " (closed with " + e.Code.text() + ")"
 }
 
-// PanicError reports that an Event callback panicked: gust recovered the
-// panic (unless Options.DisableRecovery is set), closed the connection with
-// 1011 internal error and passes this to OnClose. Value is what was passed
-// to panic, Stack the goroutine's stack where it happened.
+// PanicError is what OnClose receives after an Event callback panicked and
+// gust recovered (unless Options.DisableRecovery is set) and closed with
+// 1011: Value is what was passed to panic, Stack where it happened.
 type PanicError struct {
 	Value any
 	Stack []byte
@@ -142,30 +132,19 @@ func (e *PanicError) Error() string {
 
 // HandshakeError is a WebSocket handshake that failed, on either side.
 //
-// On the server side, Upgrade returns one for a request it refused, after
-// answering it: Status is the HTTP status (400, 403 for a refused origin,
-// 405, 426 for another WebSocket version, ...) and Body the text of the
-// answer, which says why. Upgrader.OnRequest returns one to refuse a
-// request with a response of its own: Status (403 when 0), the Header
-// fields and the Body are what the client receives; Err is for the server
-// alone.
+// On the server, Upgrade returns one for a request it refused and answered:
+// Status (400, 403, 405, 426, ...) and Body, which says why.
+// Upgrader.OnRequest returns one to refuse with a response of its own:
+// Status (403 when 0), Header and Body go to the client, Err stays on the
+// server.
 //
-// On the client side, every error [Dial] returns is one, with the URL
-// dialed. When the server answered, Status is its status code, Header its
-// headers and Body the first bytes of its body (up to 1 KiB):
-//
-//   - Status other than 101, Err nil: the server refused the handshake. A
-//     redirect (3xx) is reported this way too: gust does not follow it;
-//     the target is in Header.Get("Location").
-//   - Status 101, Err set: the server accepted but broke RFC 6455 §4.1 or
-//     RFC 7692 doing so (a wrong Sec-WebSocket-Accept, a subprotocol or
-//     an extension that was not offered, invalid permessage-deflate
-//     parameters). Over HTTP/2 (RFC 8441) a server accepts with a 2xx,
-//     not 101: Status is then that 2xx, usually 200.
-//
-// Otherwise Status is 0 and Err is the cause: invalid options or URL, a
-// refused or failed TCP connection, a proxy or TLS failure, ctx's error
-// (errors.Is(err, context.DeadlineExceeded) holds when the time ran out).
+// On the client, every error [Dial] returns is one, with the URL. Status,
+// Header and Body (its first KiB) are the server's answer, if any: a status
+// other than 101 with Err nil is a refusal (a 3xx too, not followed: see
+// Header.Get("Location")); 101 (or a 2xx over HTTP/2) with Err set is an
+// answer that broke RFC 6455 or RFC 7692. Otherwise Status is 0 and Err the
+// cause: bad options or URL, a failed connection, proxy or TLS, or ctx's
+// error.
 type HandshakeError struct {
 	URL    string // the URL dialed, without credentials; "" on the server side
 	Status int
@@ -215,8 +194,8 @@ func (e *HandshakeError) Error() string {
 // Unwrap returns Err.
 func (e *HandshakeError) Unwrap() error { return e.Err }
 
-// CloseStatus returns the code of the close frame the peer sent, when err is
-// or wraps a *CloseError, and 0 (never a valid code) otherwise.
+// CloseStatus returns the peer's close code when err is or wraps a
+// *CloseError, and 0 (never a valid code) otherwise.
 func CloseStatus(err error) StatusCode {
 	var ce *CloseError
 	if errors.As(err, &ce) {
@@ -228,8 +207,8 @@ func CloseStatus(err error) StatusCode {
 // Errors gust returns. Writes on a closed connection return net.ErrClosed.
 var (
 	// ErrServerClosed is returned by Server.Serve after Shutdown or Close,
-	// wrapped by Upgrade after an Upgrader's, and passed to OnClose for
-	// the connections Close or Shutdown cut.
+	// wrapped by Upgrade after an Upgrader's, and passed to OnClose of the
+	// connections they cut.
 	ErrServerClosed = errors.New("gust: server closed")
 
 	// ErrQueueFull is returned by WriteAsync and WritePreparedAsync when the
@@ -240,46 +219,24 @@ var (
 	// under OutboxCloseSlow, and OnClose receives it for that connection.
 	ErrSlowConsumer = errors.New("gust: slow consumer: outbox full, closed with 1008")
 
-	// ErrInvalidCloseCode is returned by Close for a code that may not be
-	// sent on the wire (RFC 6455 §7.4): 1004–1006, 1015, 1016–2999, and
-	// codes past 4999.
+	// ErrInvalidCloseCode is returned by Close for a code a close frame may
+	// not carry (RFC 6455 §7.4): 1004–1006, 1015, 1016–2999, past 4999.
 	ErrInvalidCloseCode = errors.New("gust: close code not valid on the wire")
 )
 
 var (
-	// errControlTooLong is returned for a ping, pong or close payload over
-	// 125 bytes.
 	errControlTooLong = errors.New("gust: control frame payload over 125 bytes")
+	errInvalidUTF8    = errors.New("gust: close reason is not valid UTF-8") // RFC 6455 §5.5.1
+	errBadOpcode      = errors.New("gust: message opcode must be OpText or OpBinary")
+	errClosedNow      = fmt.Errorf("gust: connection closed with CloseNow: %w", net.ErrClosed) // OnClose's after CloseNow
+	errClosed         = net.ErrClosed                                                          // writes after the end
+	errNilPrepared    = errors.New("gust: nil PreparedMessage")                                // else it fails on the outbox's writer
 
-	// errInvalidUTF8 is returned by Close when the reason is not valid
-	// UTF-8 (RFC 6455 §5.5.1).
-	errInvalidUTF8 = errors.New("gust: close reason is not valid UTF-8")
-
-	// errBadOpcode is returned when a message write names an opcode other
-	// than OpText and OpBinary.
-	errBadOpcode = errors.New("gust: message opcode must be OpText or OpBinary")
-
-	// errClosedNow is what OnClose receives after CloseNow.
-	errClosedNow = fmt.Errorf("gust: connection closed with CloseNow: %w", net.ErrClosed)
-
-	// errClosed is what writes return after the connection closed.
-	errClosed = net.ErrClosed
-
-	// errNilPrepared is returned by WritePreparedAsync for a nil message, which
-	// would otherwise fail on the writer goroutine.
-	errNilPrepared = errors.New("gust: nil PreparedMessage")
-
-	// errPingOnReader is what Ping returns when called from a goroutine that
-	// reads a connection: it would wait for a pong that only it could read.
 	errPingOnReader = errors.New("gust: Ping called from an event callback, on the goroutine that reads the connection: " +
 		"its pong could never be read; call Ping from another goroutine, or use WritePing and OnPong")
-
-	// errStreamOver is what Read returns on a streamed message after Close or
-	// after OnMessage returned: its frames are gone by then.
 	errStreamOver = errors.New("gust: read of a streamed message after Close or after OnMessage returned")
 )
 
-// errTryHTTP1 is wrapped by the errors of handshakeH2 after which Dial
-// redoes the handshake over HTTP/1.1, on a new connection: with
-// h2conn.ErrNoExtendedConnect or h2conn.ErrContentLength.
+// errTryHTTP1 wraps the errors of handshakeH2 after which Dial redoes the
+// handshake over HTTP/1.1 on a new connection.
 var errTryHTTP1 = errors.New("gust: no WebSocket over this HTTP/2 server")

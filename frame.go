@@ -19,12 +19,10 @@ type frameHeader struct {
 }
 
 // parseFrameHeader parses and checks the frame header at the start of b
-// into h. It returns the header's length, or 0 (and a nil error) when b
-// does not hold all of it yet: the caller waits for more bytes. The checks
-// need only the first two bytes, so a bad header fails as soon as they
-// arrive. server says which side reads (a server's peer masks its frames,
-// a client's does not); deflate, whether RSV1 may mark a compressed
-// message (RFC 7692 §6).
+// into h. It returns the header's length, or 0 and no error while b does
+// not hold all of it; a bad header fails as soon as its first two bytes
+// arrive. server says which side reads (only a client masks), deflate
+// whether RSV1 may mark a compressed message (RFC 7692 §6).
 func parseFrameHeader(b []byte, h *frameHeader, server, deflate bool) (int, error) {
 	if len(b) < 2 {
 		return 0, nil
@@ -33,8 +31,7 @@ func parseFrameHeader(b []byte, h *frameHeader, server, deflate bool) (int, erro
 	masked := b[1]&0x80 != 0
 	length := int64(b[1] & 0x7f)
 	if rsv := b[0] & 0x70; rsv != 0 || masked != server || h.op > OpBinary {
-		// Not the common case, an uncompressed data frame masked as it
-		// should be: check it all.
+		// Not an uncompressed data frame masked as it should be: check all.
 		if err := checkFrameHeader(h, rsv, masked, length, server, deflate); err != nil {
 			return 0, err
 		}
@@ -100,9 +97,8 @@ func checkFrameHeader(h *frameHeader, rsv byte, masked bool, length int64, serve
 	return nil
 }
 
-// rsv1 is or-ed into an opcode to set RSV1 (a compressed message) in the
-// frame header; notFinal, to clear FIN (a fragment that is not the
-// message's last).
+// Or-ed into an opcode for putHeader: rsv1 sets RSV1 (a compressed
+// message), notFinal clears FIN (a fragment before the last).
 const (
 	rsv1     Opcode = 0x40
 	notFinal Opcode = 0x80
@@ -134,9 +130,8 @@ func putHeader(b []byte, op Opcode, n int, masked bool, key [4]byte) int {
 	return hn
 }
 
-// maskSource makes client masking keys from crypto/rand, 16 keys per call,
-// so that each key is unpredictable (RFC 6455 §10.3) at little cost per
-// frame.
+// maskSource makes client masking keys from crypto/rand, 16 per call:
+// unpredictable (RFC 6455 §10.3) at little cost per frame.
 type maskSource struct {
 	buf [64]byte
 	pos int

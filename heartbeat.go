@@ -11,19 +11,11 @@ import (
 )
 
 // Heartbeats (Options.PingInterval) run on timing wheels (internal/wheel)
-// that every connection of the process shares, not on a goroutine or a
-// timer per connection. A connection's heartbeat is in the wheel of its
-// tick, due at the tick of its next check; at that tick, the wheel's
-// goroutine checks it (Check) and pings it if it is silent (Fire). A
-// connection that keeps receiving is looked at about once per PingInterval;
-// the goroutine runs only while the wheel has connections.
-//
-// The read goroutine tells the wheel what it does with two atomic stores
-// per read, no lock: the tick at which it began waiting for bytes, and
-// hbBusy once bytes arrived, until it waits again. Silence is then measured
-// from the start of the wait, and a connection whose read goroutine is busy
-// (a callback that takes long, bytes still to parse) is never taken for a
-// silent one.
+// that the whole process shares: at a connection's due tick, the wheel's
+// goroutine checks it (Check) and pings it if silent (Fire). The read
+// goroutine stores, atomically, the tick at which it began waiting for
+// bytes, and hbBusy once they arrived: silence counts from the wait, never
+// while a callback runs.
 
 // hbBusy is heartbeat.seen while the read goroutine has bytes to dispatch.
 const hbBusy = ^uint64(0)
@@ -34,9 +26,8 @@ const minWheelTick = time.Millisecond
 // hbWheel is the wheel of heartbeats of one tick length.
 type hbWheel = wheel.Wheel[heartbeat, *heartbeat]
 
-// heartbeat is a Conn's place in its wheel, allocated when its ReadLoop
-// starts, if Options.PingInterval is set: 48 bytes, and a pointer in every
-// Conn (which keeps a Conn without heartbeats in the size class it had).
+// heartbeat is a Conn's place in its wheel (48 bytes), made when its
+// ReadLoop starts if Options.PingInterval is set.
 type heartbeat struct {
 	wheel.Entry[heartbeat]
 	seen atomic.Uint64 // the tick the read goroutine began waiting at, or hbBusy
@@ -96,11 +87,9 @@ func (c *Conn) hbArrived() {
 func (hb *heartbeat) Fire() { hb.c.sendHeartbeatPing() }
 
 // Check checks its connection at tick t, on the wheel's goroutine under its
-// lock: it reports one silent for PingInterval as due a ping (fire), cuts
-// one still silent PingTimeout after the ping, and returns the tick of the
-// next check (a connection cut stays in the wheel until its ReadLoop ends).
-// Nothing here or in the ping waits for a peer (sendHeartbeatPing), and a
-// connection is cut on a goroutine of its own.
+// lock: one silent for PingInterval is due a ping (fire), one still silent
+// PingTimeout after it is cut (on a goroutine of its own). It returns the
+// tick of the next check.
 func (hb *heartbeat) Check(t uint64) (due uint64, fire bool) {
 	c := hb.c
 	interval, timeout := c.cfg.pingTicks, c.cfg.pingTimeoutTicks
@@ -134,11 +123,8 @@ func (hb *heartbeat) Check(t uint64) (due uint64, fire bool) {
 }
 
 // sendHeartbeatPing sends c an empty ping from the wheel's goroutine, which
-// must never wait for a peer. An idle connection, the usual one to ping,
-// has its write lock free, nothing corked and room in its socket: the
-// frame is written there and then, which costs one system call and no
-// allocation. Otherwise the ping is queued in c's outbox, whose writer
-// goroutine (or the read goroutine's flush) sends it.
+// must never wait for a peer: written at once when c is idle (the usual
+// case), else queued in c's outbox.
 func (c *Conn) sendHeartbeatPing() {
 	if !c.tryPingNow() {
 		c.queuePing()
@@ -146,9 +132,8 @@ func (c *Conn) sendHeartbeatPing() {
 }
 
 // tryPingNow writes an empty ping if that cannot wait, and reports whether
-// it did. A frame the socket took only part of (it had room for less than
-// the 2 or 6 bytes) stays corked, and the ping queued in the outbox behind
-// it flushes it: the peer then gets a second ping, which is harmless.
+// it did. What the socket did not take stays corked, flushed by the ping
+// then queued behind it (a second ping, harmless).
 func (c *Conn) tryPingNow() bool {
 	w := &c.wr
 	if !c.direct() || !w.mu.TryLock() {
@@ -180,13 +165,9 @@ func (c *Conn) tryPingNow() bool {
 }
 
 // queuePing queues an empty ping in c's outbox, whatever its size and
-// policy: a connection has at most one heartbeat ping queued, since the
-// next comes only after a frame arrived. The outbox's writer sends it, or
-// corks it behind the read goroutine's writes; the outbox's lock is never
-// held while writing, so this never waits for the peer. While a NextWriter
-// is open, its next fragment takes the ping along as well: the outbox's
-// writer may be waiting for that message to end, with data queued before
-// the ping.
+// policy (at most one is queued: the next comes after a frame arrived).
+// An open NextWriter's next fragment takes it along too, since the outbox's
+// writer may be waiting for that message to end.
 func (c *Conn) queuePing() {
 	if c.wr.writerOpen.Load() {
 		c.wr.pingDue.Store(true)

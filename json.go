@@ -7,14 +7,10 @@ import (
 	"github.com/gustws/gust/internal/bufpool"
 )
 
-// WriteJSON sends v, encoded by encoding/json as json.Marshal would encode
-// it, as one text message, compressed as WriteMessage would compress it.
-//
-// The encoding goes into a pooled buffer that is given back once the
-// message is written, so WriteJSON allocates only what encoding/json does
-// for v itself. When v cannot be encoded (a channel, a func, a cycle),
-// WriteJSON returns the error of encoding/json and sends nothing. On a
-// closed connection it returns net.ErrClosed, as every write does.
+// WriteJSON sends v, encoded as json.Marshal would, as one text message,
+// written as WriteMessage writes. The encoding goes into a pooled buffer,
+// so WriteJSON allocates only what encoding/json does for v. When v cannot
+// be encoded, it returns encoding/json's error and sends nothing.
 func (c *Conn) WriteJSON(v any) error {
 	e, _ := jsonEncoders.Get().(*jsonEncoder)
 	if e == nil {
@@ -36,10 +32,8 @@ func (c *Conn) WriteJSON(v any) error {
 	return err
 }
 
-// jsonEncoder is a json.Encoder that writes into a pooled buffer. Both are
-// kept together in jsonEncoders, so that WriteJSON allocates neither. An
-// Encoder stays usable after an encoding error: it only remembers the
-// errors of its writer, and Write never fails.
+// jsonEncoder is a json.Encoder that writes into a pooled buffer, pooled
+// together. Write never fails, so an Encoder stays usable after an error.
 type jsonEncoder struct {
 	enc *json.Encoder
 	buf *[]byte
@@ -58,14 +52,10 @@ func (e *jsonEncoder) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// DecodeJSON decodes the message's Data into v with json.Unmarshal. It
-// accepts text and binary messages alike: JSON is normally sent as text,
-// but some peers send it as binary. It does not Close the message; v keeps
-// no reference to Data (encoding/json copies what it keeps, and a
-// json.Unmarshaler must too), so the
-// message may be closed as soon as DecodeJSON returns. On a closed message
-// (Data is nil) it returns the error json.Unmarshal returns for empty input;
-// so it does on a streamed one, which has no Data: decode that with
+// DecodeJSON decodes Data into v with json.Unmarshal, for text and binary
+// messages alike. It does not Close the message, which may be closed as
+// soon as it returns (v keeps no reference to Data). A closed or streamed
+// message has no Data: decode a streamed one with
 // json.NewDecoder(m).Decode(v).
 func (m *Message) DecodeJSON(v any) error {
 	return json.Unmarshal(m.Data, v)

@@ -9,9 +9,8 @@ import (
 	"github.com/gustws/gust/internal/bufpool"
 )
 
-// Opcode is the type of a data message (RFC 6455 §5.2): the two a user
-// passes and receives are exported. Control frames have methods and
-// callbacks of their own (WritePing, OnPong, Close, ...).
+// Opcode is the type of a data message (RFC 6455 §5.2). Control frames
+// have methods and callbacks of their own (WritePing, OnPong, Close, ...).
 type Opcode uint8
 
 // The data opcodes.
@@ -30,54 +29,35 @@ const (
 
 func (op Opcode) isControl() bool { return op&0x8 != 0 }
 
+var opNames = [...]string{opContinuation: "continuation", OpText: "text", OpBinary: "binary",
+	opClose: "close", opPing: "ping", opPong: "pong"}
+
 func (op Opcode) String() string {
-	switch op {
-	case opContinuation:
-		return "continuation"
-	case OpText:
-		return "text"
-	case OpBinary:
-		return "binary"
-	case opClose:
-		return "close"
-	case opPing:
-		return "ping"
-	case opPong:
-		return "pong"
+	if int(op) < len(opNames) && opNames[op] != "" {
+		return opNames[op]
 	}
 	return "reserved"
 }
 
-// Message is one data message. A whole message's Data sits in a pooled
-// buffer that belongs to the receiver until it calls Close, which gives the
-// buffer back to the pool and sets Data to nil: after Close, keep no slice
-// of the old Data, whose bytes may then belong to another message.
+// Message is one data message. Its Data sits in a pooled buffer that is
+// the receiver's until Close, which gives the buffer back and sets Data to
+// nil: keep no slice of the old Data after it. Close may be called more
+// than once, from any goroutine; a Message kept past OnMessage is never
+// reused, while one closed before OnMessage returned is gust's again and
+// may carry the connection's next message. Pass Messages by pointer (go
+// vet reports copies).
 //
-// A Message is also an io.Reader of its bytes, so that a handler may
-// io.Copy any message to its destination: Read reads Data for a whole
-// message, and the frames as they arrive for a streamed one (see
-// Options.StreamThreshold and Streamed).
-//
-// Close may be called more than once, from any goroutine: only the first
-// call gives the buffer back, later ones do nothing. A Message kept past
-// OnMessage is never reused, however late its Close comes. One that
-// OnMessage closed before returning is gust's again once OnMessage
-// returns, and may carry the next message of its connection: with the
-// usual defer m.Close(), receiving allocates nothing. Pass Messages by
-// pointer, as OnMessage does; a copy would share the buffer (go vet
-// reports copies).
+// A Message is an io.Reader of its bytes, whole or streamed (see
+// Options.StreamThreshold and Streamed), so io.Copy serves both.
 type Message struct {
 	Opcode   Opcode // OpText or OpBinary
 	streamed bool   // the Message is a streamedMessage's
 
 	// closed is set by the first Close, which alone then touches buf, the
-	// pooled buffer under Data. The struct is reused only when the handler
-	// closed it before returning (readState.recycle): one from a pool would
-	// come back as another message while its last owner still held a
-	// pointer to it, and that owner's second Close would then give the
-	// other message's buffer away. A message kept past its handler costs a
-	// fresh struct, and so garbage-collector work, so the struct is kept at
-	// 40 bytes: what only a streamed message needs lives beside it.
+	// pooled buffer under Data. The struct is reused only when its handler
+	// closed it before returning (readState.recycle), so that a late second
+	// Close cannot give another message's buffer away. It is kept at 40
+	// bytes: what only a streamed message needs lives beside it.
 	closed atomic.Bool
 	Data   []byte // nil for a streamed message: read it with Read
 	buf    *[]byte
@@ -94,18 +74,12 @@ func (m *Message) stream() *msgStream {
 	return &(*streamedMessage)(unsafe.Pointer(m)).st
 }
 
-// messageSlab hands out Messages 31 at a time, so that receiving does not
-// allocate per message. A slot is handed out once, unless the handler it
-// went to closed it before returning (readState.recycle): then it carries
-// the next message. The garbage collector frees a slab once none of its
-// Messages is referenced: a Message kept for long keeps its 30 neighbours'
-// structs (1.2 KiB), not their buffers, which Close gave back. 31 Messages
-// of 40 bytes and the index fill the 1,280-byte size class.
-//
-// A read goroutine keeps the slab it took while it parses what one read
-// brought, and gives it back before it reads again (readState.putSlab), so
-// a burst of messages pays one pool round trip and an idle connection holds
-// no slab.
+// messageSlab hands out Messages 31 at a time (filling the 1,280-byte size
+// class), so that receiving does not allocate per message. A slot is handed
+// out once, unless its handler closed it before returning (recycle). A
+// Message kept for long keeps its slab's structs alive, not their buffers.
+// The read goroutine holds a slab only while it parses one read's bytes
+// (putSlab), so an idle connection holds none.
 type messageSlab struct {
 	ms   [31]Message
 	next int
@@ -165,23 +139,17 @@ func (m *Message) Close() {
 }
 
 // Read reads the message's next bytes into p, and returns io.EOF at its
-// end. For a whole message it reads Data and consumes it, as a
-// bytes.Buffer does: Data holds what is left to read (Close ends it: Data
-// is nil then).
+// end. For a whole message it consumes Data, as a bytes.Buffer does.
 //
 // For a streamed message (Streamed), Read reads the frames as they arrive,
-// on the read goroutine: call it from OnMessage only, and only until
-// OnMessage returns. It checks what it reads as gust checks a whole
-// message: past Options.MaxMessageSize, Read fails with a *ProtocolError
-// of code 1009, on invalid UTF-8 in a text message with 1007 as soon as
-// the bad byte arrives, and the connection then fails with that code once
-// OnMessage returns. Control frames that arrive between the message's
-// frames are handled as they come, while Read waits: a ping reaches OnPing
-// (whose pong goes out before the next read from the socket), and a close
-// frame is answered and ends the stream: Read returns its *CloseError, and
-// the connection ends once OnMessage returns. An I/O error, such as the
-// peer leaving (io.ErrUnexpectedEOF), is returned as well. After Close, or
-// once OnMessage has returned, Read returns an error.
+// on the read goroutine: call it from OnMessage only, until it returns.
+// It checks as it goes: past Options.MaxMessageSize it fails with a
+// *ProtocolError of code 1009, on invalid UTF-8 in text with 1007, and the
+// connection fails with that code once OnMessage returns. Pings that arrive
+// meanwhile reach OnPing; a close frame is answered and ends the stream
+// with its *CloseError; an I/O error (io.ErrUnexpectedEOF when the peer
+// left) is returned too. After Close, or once OnMessage has returned, Read
+// returns an error.
 func (m *Message) Read(p []byte) (int, error) {
 	if m.streamed {
 		if m.closed.Load() {
@@ -197,7 +165,6 @@ func (m *Message) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// Streamed reports whether the message is delivered as a stream: it had
-// outgrown Options.StreamThreshold when it reached OnMessage, its Data is
-// nil and its bytes come through Read.
+// Streamed reports whether the message is delivered as a stream (it
+// outgrew Options.StreamThreshold): Data is nil, and Read yields its bytes.
 func (m *Message) Streamed() bool { return m.streamed }

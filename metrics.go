@@ -12,140 +12,102 @@ import (
 )
 
 // Metrics receives what happens on connections, for counters and gauges:
-// handshakes, connections opening and closing (with the code and the cause),
-// data messages and their bytes in each direction, and the outboxes' queues.
-// Set one in Options.Metrics; it then applies to every connection those
-// Options make, through an [Upgrader], a [Server] or [Dial]. The package
-// github.com/gustws/gust/metrics implements it with atomic counters that
-// expvar can publish, and the module github.com/gustws/gust/metrics/prometheus
-// with Prometheus metrics.
+// handshakes, connections opening and closing (with code and cause), data
+// messages and their bytes both ways, and the outboxes' queues. Set one in
+// Options.Metrics. The package github.com/gustws/gust/metrics implements it
+// with atomic counters for expvar, the module
+// github.com/gustws/gust/metrics/prometheus with Prometheus metrics.
 //
-// The methods are called synchronously, on the goroutine where the event
-// happens (the read goroutine, a writer, the goroutine that called Dial, a
-// handshake's), from many connections at once: an implementation must be
-// safe for concurrent use, fast, and must not block, since a connection
-// waits for it; it must not panic either (gust does not recover from the
-// hook's panics). Sent, Queued and Dropped may be called while the Conn
-// holds a lock of its writes or of its outbox: they must not write to c,
-// queue on it or Close it (CloseNow is fine), which would deadlock. Keep per-connection
-// state, if any, with [Conn.Set].
-//
-// Cost: with Options.Metrics nil, one nil check per event and nothing else;
-// with a Metrics set, one interface call per event, and no allocation by
-// gust for it.
+// The methods are called synchronously where the event happens, from many
+// connections at once: they must be safe for concurrent use, must not block
+// (a connection waits for them) and must not panic (gust does not recover
+// the hook's panics). Sent, Queued and Dropped may run under a lock of c's
+// writes or outbox: they must not write to c, queue on it or Close it
+// (CloseNow is fine). Keep per-connection state, if any, with [Conn.Set].
+// Unset, each event costs one nil check; set, one interface call and no
+// allocation.
 //
 // # Close causes
 //
-// Closed's cause is one of a fixed set of strings, meant for a label of low
-// cardinality. It is classified from the error OnClose receives, in this
-// order:
+// Closed's cause is one of a fixed set of strings, fit for a label. It is
+// classified from the error OnClose receives:
 //
 //   - "panic": a callback panicked ([*PanicError]); gust sent 1011.
 //   - "slow": the outbox overflowed under OutboxCloseSlow
 //     ([ErrSlowConsumer]); gust sent 1008.
-//   - "limit": the peer went past a limit: a message over
-//     Options.MaxMessageSize, compressed or not (a [*ProtocolError] with
-//     1009).
-//   - "protocol": the peer broke the protocol (any other *ProtocolError:
-//     1002, 1007).
+//   - "limit": a message over Options.MaxMessageSize (a [*ProtocolError]
+//     with 1009).
+//   - "protocol": any other *ProtocolError (1002, 1007).
 //   - "peer": the peer started the closing handshake ([*CloseError] with
 //     ByPeer).
-//   - "shutdown": the Server's or Upgrader's Shutdown or Close ended it:
-//     cut ([ErrServerClosed]), or ended after Shutdown's close frame with
-//     1001, whether the peer answered it or not.
-//   - "local": this side closed: [Conn.Close] answered by the peer (a
-//     *CloseError without ByPeer), or [Conn.CloseNow].
-//   - "timeout": a deadline passed: Options.WriteTimeout, heartbeats
-//     (Options.PingInterval) gone unanswered, a read deadline,
-//     Options.MessageTimeout (gust sent 1008), or
-//     Options.CloseTimeout while waiting for the answer to a close frame.
-//   - "io": anything else: the peer left without a close frame (EOF), a
-//     reset, another network error.
+//   - "shutdown": a Server's or Upgrader's Shutdown or Close ended it
+//     ([ErrServerClosed], or Shutdown's 1001, answered or not).
+//   - "local": [Conn.Close] answered by the peer, or [Conn.CloseNow].
+//   - "timeout": Options.WriteTimeout, heartbeats gone unanswered, a read
+//     deadline, Options.MessageTimeout (gust sent 1008), or CloseTimeout.
+//   - "io": anything else: EOF without a close frame, a reset.
 //
 // # Netpoll mode
 //
-// A Metrics may also have a method
+// A Metrics may also have a method Netpoll(c *Conn, event string), found
+// by a type assertion and called under the rules above, for what a user
+// must know of netpoll mode (Options.Netpoll):
 //
-//	Netpoll(c *Conn, event string)
+//   - "fallback-fd": c stays in goroutine mode for life: its descriptor
+//     could not be duplicated or added to an event loop (most often the
+//     descriptor limit, EMFILE).
+//   - "fallback-type": c stays in goroutine mode: it is not a plain TCP or
+//     Unix socket (TLS, an HTTP/2 stream, a wrapped net.Conn).
+//   - "blocked": serving c held its event loop past 100 ms.
 //
-// which gust finds by a type assertion, so that an implementation without
-// it still compiles; it is called, under the rules above, for what
-// happens to connections in netpoll mode (Options.Netpoll) that a user
-// must know of. event is one of:
-//
-//   - "fallback-fd": c stays in goroutine mode for its whole life because
-//     its descriptor could not be duplicated or added to an event loop:
-//     most often the process's descriptor limit (EMFILE).
-//   - "fallback-type": c stays in goroutine mode because it is not a plain
-//     TCP or Unix socket (TLS, an HTTP/2 stream, a wrapped net.Conn).
-//   - "blocked": serving c held its event loop for more than 100 ms (a
-//     callback that blocks): every other connection of the loop waited.
-//
-// Each event is also logged at level Warn (Options.Logger), at most once a
-// second for each kind and Options, with the number of events since the
-// last record. The packages named above count them.
+// Each is also logged at level Warn, at most once a second per kind and
+// Options, with the number of events since the last record.
 type Metrics interface {
-	// Handshake reports the outcome of a handshake with the HTTP status it
-	// ended with. On the server (Upgrader, Server): 101 for a connection
-	// accepted (200 for a WebSocket over HTTP/2), or the status the request
-	// was refused with (400, 403 for an origin refused, 405, 426, 431,
-	// 503 while shutting down, ...); 0 when it failed without a status:
-	// the connection broke or timed out (a Server's client that sent part
-	// of a request and went silent; one that sent nothing is not reported)
-	// or could not be taken over. On the client, once per Dial: 101 (or
-	// 200) when it returned a Conn, the status the server refused with, or
-	// 0 when no valid answer came (connect, proxy or TLS failure, a
-	// timeout, a 101 that broke the protocol). An accepted handshake is
-	// followed by Opened once the connection starts.
+	// Handshake reports a handshake's outcome as an HTTP status: 101 (200
+	// over HTTP/2) when accepted; the refusal's status (400, 403, 405, 426,
+	// 431, 503 while shutting down, ...); or 0 when it ended without one:
+	// the connection broke, timed out or could not be taken over, or no
+	// valid answer came to a Dial. A Server's client that sent nothing is
+	// not reported. On the client, once per Dial. Opened follows an
+	// accepted handshake once the connection starts.
 	Handshake(status int)
 
-	// Opened reports that c started: its ReadLoop began (just before
-	// OnOpen), or a Shutdown or Close ended it before its ReadLoop did.
-	// Every Conn reported here is reported to Closed exactly once, later;
-	// the difference is the number of live connections.
+	// Opened reports that c started: just before OnOpen, or when a Shutdown
+	// or Close ended it before its ReadLoop began. Each Conn reported here
+	// is reported to Closed exactly once, later.
 	Opened(c *Conn)
 
-	// Closed reports that c ended, just before OnClose. code is the code of
-	// the peer's close frame if one arrived, else the code gust sent if it
-	// sent one, else 1006 (StatusAbnormalClosure: no close frame). cause
-	// is one of the strings listed under "Close causes".
+	// Closed reports that c ended, just before OnClose. code is the peer's
+	// close code if a close frame arrived, else the one gust sent, else
+	// 1006 (StatusAbnormalClosure); cause is one of the close causes above.
 	Closed(c *Conn, code StatusCode, cause string)
 
 	// Received reports a data message read in full, before OnMessage (also
-	// for a message dropped because a close frame was sent); a streamed
-	// one (Options.StreamThreshold), once it has been read to its end,
-	// after OnMessage. payload is its size, wire the size of its frames'
-	// payloads as they came, compressed or not (frame headers not counted).
+	// one dropped because a close frame was sent); a streamed one once read
+	// to its end, after OnMessage. payload is its size, wire that of its
+	// frames' payloads as they came, compressed or not.
 	Received(c *Conn, op Opcode, payload, wire int)
 
-	// Sent reports a data message written, or corked to be written with
-	// others (WriteMessage, WriteString, WriteJSON, WriteUncompressed,
-	// WritePrepared, the messages the outbox writes, and a NextWriter's or
-	// WriteFrom's message once its last frame is): payload is its
-	// size, wire the size of its frame's payload after compression (frame
-	// headers not counted). A write that fails is not reported: the
-	// connection ends.
+	// Sent reports a data message written or corked, by any write method
+	// or the outbox (a NextWriter's or WriteFrom's with its last frame):
+	// payload is its size, wire that of its frame's payload after
+	// compression. A write that fails is not reported: the connection ends.
 	Sent(c *Conn, op Opcode, payload, wire int)
 
-	// Queued reports that n messages entered (n > 0) or left (n < 0) c's
-	// outbox: queued by WriteAsync or WritePreparedAsync (or a heartbeat's
-	// ping that could not be written at once), taken by its writer
-	// goroutine, or discarded by Options.OutboxPolicy. A message that
-	// WriteAsync writes at once, the outbox being empty, is not queued. The
-	// sum of n over all calls is the number of messages waiting in
-	// outboxes.
+	// Queued reports n messages entering (n > 0) or leaving (n < 0) c's
+	// outbox: queued by WriteAsync, WritePreparedAsync or a heartbeat ping
+	// that could not be written at once, taken by its writer, or discarded
+	// by Options.OutboxPolicy. One written at once, the outbox being empty,
+	// is not queued. The sum of n is the number of messages waiting.
 	Queued(c *Conn, n int)
 
-	// Dropped reports n messages that c's outbox refused or discarded
-	// when full (Options.OutboxPolicy): the one OutboxReject refused
-	// (WriteAsync returned ErrQueueFull), the one OutboxDropOldest or
-	// OutboxDropNewest discarded, the queue and the new message that
-	// OutboxCloseSlow discarded.
+	// Dropped reports n messages c's full outbox refused or discarded
+	// under Options.OutboxPolicy (under OutboxCloseSlow, the queue and the
+	// new message).
 	Dropped(c *Conn, n int)
 }
 
-// The events of the optional Netpoll method of Metrics; their order is
-// netpollNotes' index.
+// The events of Metrics' optional Netpoll method, indexed by the kinds below.
 var netpollEvents = [...]string{"fallback-fd", "fallback-type", "blocked"}
 
 const (
@@ -154,10 +116,8 @@ const (
 	netpollBlocked
 )
 
-// netpollNotes keeps the Warn records of netpoll mode's events to one a
-// second for each kind, for each config: a storm of connections at the
-// descriptor limit logs a record a second, each with the number of events
-// since the last, not one per connection.
+// netpollNotes limits the Warn records of netpoll mode's events to one a
+// second per kind and config, each with the number of events since the last.
 type netpollNotes struct {
 	mu   sync.Mutex
 	last [len(netpollEvents)]time.Time
@@ -178,9 +138,8 @@ func (nn *netpollNotes) due(kind int, now time.Time) (int, bool) {
 	return n, true
 }
 
-// noteNetpoll reports an event of netpoll mode on c to Options.Metrics, if
-// it has the Netpoll method, and to Options.Logger at level Warn, rate
-// limited (netpollNotes).
+// noteNetpoll reports a netpoll mode event on c to Metrics' Netpoll method,
+// if it has one, and to the Logger at level Warn, rate limited.
 func (c *Conn) noteNetpoll(kind int, msg string, attrs ...slog.Attr) {
 	if m, ok := c.cfg.Metrics.(interface{ Netpoll(*Conn, string) }); ok {
 		m.Netpoll(c, netpollEvents[kind])
@@ -197,9 +156,9 @@ func (c *Conn) noteNetpoll(kind int, msg string, attrs ...slog.Attr) {
 	c.cfg.logger().LogAttrs(context.Background(), slog.LevelWarn, msg, attrs...)
 }
 
-// noteFallback reports that c, which Options.Netpoll asked to serve on an
-// event loop, stays in goroutine mode: kind is netpollFallbackFD (err is
-// why) or netpollFallbackType.
+// noteFallback reports that c stays in goroutine mode despite
+// Options.Netpoll: kind is netpollFallbackFD (err is why) or
+// netpollFallbackType.
 func (c *Conn) noteFallback(kind int, err error) {
 	if kind == netpollFallbackType {
 		c.noteNetpoll(kind, "gust: netpoll: connections that are not plain TCP or Unix sockets (TLS, HTTP/2, a wrapper) stay in goroutine mode",
@@ -230,8 +189,8 @@ const (
 	causeIO       = "io"
 )
 
-// closeCause classifies err, the error OnClose receives, given the code of
-// the close frame gust sent (0 for none): see Metrics.
+// closeCause returns the close code and cause (see Metrics) of err, the
+// error OnClose receives; sent is the code gust sent, 0 for none.
 func (c *Conn) closeCause(err error, sent StatusCode) (StatusCode, string) {
 	var ce *CloseError
 	var pe *ProtocolError
@@ -270,9 +229,8 @@ func (c *Conn) closeCause(err error, sent StatusCode) (StatusCode, string) {
 	return code, causeIO
 }
 
-// reportClose tells Options.Metrics and, at level Debug, Options.Logger
-// how the connection ended; sent is the code of the close frame gust sent,
-// 0 for none.
+// reportClose tells Metrics and, at level Debug, the Logger how the
+// connection ended; sent is the code gust sent, 0 for none.
 func (c *Conn) reportClose(err error, sent StatusCode) {
 	m := c.cfg.Metrics
 	logger := c.cfg.logger()

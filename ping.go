@@ -14,8 +14,8 @@ import (
 // counter that tells its pong from the others.
 const pingPayloadSize = 8
 
-// pingSet holds the Pings waiting for their pongs: nothing until the first
-// Ping, so that a connection that never calls Ping pays 8 bytes for it.
+// pingSet holds the Pings waiting for their pongs; nil until the first
+// Ping, so that a connection that never pings pays 8 bytes for it.
 type pingSet struct{ p atomic.Pointer[pingWaiters] }
 
 // pingsEnded is the set of a connection that ended before any Ping.
@@ -56,34 +56,22 @@ type pingWaiters struct {
 	ended bool                        // the connection has ended: no more waiters
 }
 
-// Ping sends a ping and waits for the pong that answers it, then returns
-// the round-trip time: from just before the ping was written to when the
-// read goroutine read the pong. Its payload is an 8-byte counter, so
-// several Pings may be outstanding at once, from any goroutines, each
-// matched to its own pong; a pong that matches no Ping is ignored here.
-// Every pong, matched or not, still reaches OnPong.
+// Ping sends a ping, waits for the pong that answers it and returns the
+// round-trip time (a ping corked behind other writes waits with them). Its
+// payload is an 8-byte counter, so several Pings may wait at once, from any
+// goroutines, each for its own pong; every pong still reaches OnPong.
 //
-// Ping returns ctx's error when ctx ends first, and net.ErrClosed when the
-// connection ends (ReadLoop wakes every waiting Ping before it calls
-// OnClose) or has ended; the cause of the end reaches OnClose. A peer that
-// never answers pings leaves Ping waiting until ctx ends: give it a
-// deadline.
+// Ping returns ctx's error when ctx ends first (a peer that never answers
+// leaves it waiting until then), and net.ErrClosed when the connection has
+// ended or ends meanwhile. Called from a goroutine that reads a connection
+// and runs its callbacks (OnOpen, OnPing, OnPong, OnMessage unless
+// Options.Parallel is set, or an event loop in netpoll mode), it could
+// never see its pong and returns an error at once, without sending: call
+// it from another goroutine, or use WritePing and OnPong.
 //
-// The pong is read by the goroutine that runs ReadLoop. A Ping called from
-// that goroutine — from OnOpen, OnPing, OnPong, or OnMessage unless
-// Options.Parallel is set — could never see its pong, since the goroutine
-// that would read it is the one waiting: it returns an error at once,
-// without sending a ping. So does a Ping called from any goroutine that
-// runs a gust connection's callbacks (another connection's in goroutine
-// mode, or an event loop in netpoll mode, where the wait would hold up
-// every connection of the loop). Call Ping from another goroutine, or send
-// a ping with WritePing and see its answer in OnPong. A ping written while
-// the read goroutine dispatches is corked like any write, and its wait is
-// part of the round-trip time.
-//
-// Cost: the first Ping on a connection allocates the set of waiters and
-// its map; each Ping allocates a channel and its map entry, and walks its
-// goroutine's stack (about a microsecond) to refuse the calls above.
+// Cost: each Ping allocates a channel and a map entry (the first, the map)
+// and walks its goroutine's stack, about a microsecond, to refuse the calls
+// above.
 func (c *Conn) Ping(ctx context.Context) (time.Duration, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -171,14 +159,13 @@ func (pw *pingWaiters) end() {
 	pw.mu.Unlock()
 }
 
-// serveFunc is the name of the function every goroutine that reads a
-// connection and calls its callbacks runs: ReadLoop's, an event loop's, a
-// resumed connection's. Options.Parallel's OnMessage calls run elsewhere.
+// serveFunc is the function on the stack of every goroutine that reads a
+// connection and runs its callbacks (ReadLoop's, an event loop's, a resumed
+// connection's); Options.Parallel's OnMessage calls run elsewhere.
 const serveFunc = "github.com/gustws/gust.(*Conn).serve"
 
-// onReadPath reports whether the calling goroutine is one that reads a
-// connection and calls its callbacks: whether (*Conn).serve is on its
-// stack. A stack deeper than the frames looked at is taken as not.
+// onReadPath reports whether serveFunc is on the caller's stack, within
+// the frames looked at.
 func onReadPath() bool {
 	var pcs [128]uintptr
 	n := runtime.Callers(3, pcs[:])

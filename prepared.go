@@ -7,15 +7,12 @@ import (
 	"github.com/gustws/gust/internal/deflate"
 )
 
-// PreparedMessage is a message framed once and written to any number of
-// server connections: the frame is built once, and compressed once per
-// distinct compression setting the receivers negotiated, so that a
-// broadcast costs one copy per receiver and no allocation.
-//
-// Make one with NewPreparedMessage: a zero PreparedMessage has no type, and
-// WritePrepared refuses it. A PreparedMessage is safe for concurrent use
-// and must not be changed after it is made. It is for messages a server sends; client connections
-// (which mask each frame) frame it themselves.
+// PreparedMessage is a message framed once (and compressed once per
+// distinct compression setting of its receivers) and written to any number
+// of connections with WritePrepared: a broadcast costs one copy per
+// receiver and no allocation. Client connections, which mask every frame,
+// frame it themselves. Make one with NewPreparedMessage (WritePrepared
+// refuses a zero one); it is safe for concurrent use and immutable.
 type PreparedMessage struct {
 	op      Opcode
 	payload []byte
@@ -31,12 +28,18 @@ func NewPreparedMessage(op Opcode, p []byte) (*PreparedMessage, error) {
 	if op != OpText && op != OpBinary {
 		return nil, errBadOpcode
 	}
+	plain := newFrame(op, p)
+	return &PreparedMessage{op: op, payload: plain[len(plain)-len(p):], plain: plain}, nil
+}
+
+// newFrame returns a new unmasked frame of p.
+func newFrame(op Opcode, p []byte) []byte {
 	var hdr [maxHeaderSize]byte
 	hn := putHeader(hdr[:], op, len(p), false, [4]byte{})
-	plain := make([]byte, hn+len(p))
-	copy(plain, hdr[:hn])
-	copy(plain[hn:], p)
-	return &PreparedMessage{op: op, payload: plain[hn:], plain: plain}, nil
+	f := make([]byte, hn+len(p))
+	copy(f, hdr[:hn])
+	copy(f[hn:], p)
+	return f
 }
 
 // Opcode returns the message type.
@@ -45,9 +48,8 @@ func (pm *PreparedMessage) Opcode() Opcode { return pm.op }
 // Payload returns the message's bytes; they must not be changed.
 func (pm *PreparedMessage) Payload() []byte { return pm.payload }
 
-// frameFor returns the compressed frame for d's setting, compressing it the
-// first time it is asked for. The payload is compressed from an empty
-// window, so any receiver can take it, whatever its context.
+// frameFor returns the compressed frame for d's setting, made on first
+// use from an empty window, so that any receiver can take it.
 func (pm *PreparedMessage) frameFor(d *deflate.State) ([]byte, error) {
 	key := d.Setting()
 	pm.mu.Lock()
@@ -59,12 +61,7 @@ func (pm *PreparedMessage) frameFor(d *deflate.State) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	z := (*buf)[:n]
-	var hdr [maxHeaderSize]byte
-	hn := putHeader(hdr[:], pm.op|rsv1, len(z), false, [4]byte{})
-	f := make([]byte, hn+len(z))
-	copy(f, hdr[:hn])
-	copy(f[hn:], z)
+	f := newFrame(pm.op|rsv1, (*buf)[:n])
 	bufpool.Put(buf)
 	if pm.compressed == nil {
 		pm.compressed = make(map[deflate.Setting][]byte)

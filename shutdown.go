@@ -9,16 +9,12 @@ import (
 // goingAwayReason is the reason of the close frame a shutdown sends.
 const goingAwayReason = "server shutting down"
 
-// tracker keeps the connections an Upgrader made, so that Shutdown and
-// Close can reach them; a Server uses its Upgrader field's tracker for
-// its own connections too. A connection costs a slot in a slice (8 bytes)
-// and its index in the Conn, an append when it is made and a swap with the
-// last when it ends, and no goroutine.
-//
-// The life of a connection in the tracker: begin reserves its place before
-// the handshake (and fails once a shutdown has started), then add hands the
-// Conn over, or end gives the place back when no Conn was made. A tracked
-// Conn leaves when its OnClose has returned (forget, called by finish).
+// tracker keeps the connections an Upgrader made (a Server's too, through
+// its Upgrader field), so that Shutdown and Close reach them: a slot in a
+// slice per connection, no goroutine. begin reserves a place before the
+// handshake (refused once a shutdown has started); then add tracks the Conn,
+// or end gives the place back when none was made; forget drops a Conn once
+// its OnClose has returned.
 type tracker struct {
 	closing atomic.Bool // Shutdown or Close has started: begin fails
 
@@ -43,10 +39,9 @@ func (t *tracker) begin() bool {
 // end gives back the place begin reserved, when no Conn was made.
 func (t *tracker) end() { t.wg.Done() }
 
-// add tracks c, made after begin, until its OnClose returns. When a
-// shutdown has started meanwhile, add sends c a close frame with 1001 (its
-// ReadLoop then reads the answer); when the connections are being cut, it
-// ends c at once and returns false.
+// add tracks c, made after begin. If a shutdown has started meanwhile, it
+// sends c a close frame with 1001; if the connections are being cut, it
+// ends c and returns false.
 func (t *tracker) add(c *Conn) bool {
 	t.mu.Lock()
 	c.trackAt = int32(len(t.conns))
@@ -85,10 +80,9 @@ func (t *tracker) snapshotLocked() []*Conn {
 	return append([]*Conn(nil), t.conns...)
 }
 
-// shutdown sends a close frame with 1001 to every connection, each on a
-// goroutine of its own, and waits until every connection has ended or ctx
-// is done; then it cuts those that remain, waits for their OnClose, and
-// returns ctx.Err(). It returns once the close-frame goroutines have.
+// shutdown sends 1001 to every connection, each on a goroutine of its own,
+// and waits until they have ended or ctx is done; then it cuts the rest,
+// waits for their OnClose, and returns ctx.Err().
 func (t *tracker) shutdown(ctx context.Context) error {
 	t.closing.Store(true)
 	t.mu.Lock()
@@ -133,10 +127,9 @@ func (t *tracker) cutAll() {
 	}
 }
 
-// cutConn closes c without a close handshake; its OnClose receives
-// ErrServerClosed. A Conn whose ReadLoop has not started (an Upgrader's
-// caller has not called it yet) is ended here, OnClose included; its
-// ReadLoop, if called later, returns at once.
+// cutConn closes c without a close handshake; OnClose receives
+// ErrServerClosed. A Conn whose ReadLoop has not started is ended here,
+// OnClose included, and its ReadLoop will return at once.
 func cutConn(c *Conn) {
 	c.abort(ErrServerClosed)
 	if c.started.CompareAndSwap(false, true) {
@@ -146,32 +139,25 @@ func cutConn(c *Conn) {
 }
 
 // Shutdown sends a close frame with 1001 (going away) to every connection
-// the Upgrader made, and waits until every connection has ended (their
-// OnClose returned) or ctx is done. When ctx ends first, it closes the
-// connections that remain, waits for their OnClose (which receives
-// ErrServerClosed), and returns ctx.Err(). It returns by ctx's deadline
-// whatever the peers do: each close frame is written on a goroutine of its
-// own, so that a peer that does not read delays nobody else's, and cutting
-// a connection ends a write blocked on it.
+// the Upgrader made and waits until they have ended (their OnClose
+// returned) or ctx is done; then it cuts the rest (OnClose receives
+// ErrServerClosed), waits for their OnClose, and returns ctx.Err(). A peer
+// that does not read delays no one: Shutdown returns by ctx's deadline.
+// Meanwhile and afterwards, Upgrade refuses requests with 503 and an error
+// wrapping ErrServerClosed. A Conn whose ReadLoop has not started gets the
+// close frame too; if cut, its OnClose runs in Shutdown's goroutine.
 //
-// Once Shutdown has started, Upgrade refuses requests with 503 Service
-// Unavailable and returns an error wrapping ErrServerClosed. A Conn that
-// Upgrade returned and whose ReadLoop has not started yet gets the close
-// frame too; if it is cut, its OnClose runs in Shutdown's goroutine.
-//
-// net/http's Server.Shutdown does not cover hijacked connections, and so
-// none of these: call both on SIGTERM, the http.Server's first (it stops
-// accepting), then the Upgrader's, with one ctx (see the example). Code
-// that only holds the http.Server can register the Upgrader's with
-// [http.Server.RegisterOnShutdown], bounding it with a context of its own
-// since the hook gets none; README's "Use" shows both.
+// net/http's Server.Shutdown does not cover hijacked connections: on
+// SIGTERM call the http.Server's first (it stops accepting), then the
+// Upgrader's, with one ctx. README's "Use" shows how, also with
+// [http.Server.RegisterOnShutdown].
 func (u *Upgrader) Shutdown(ctx context.Context) error {
 	return u.track.shutdown(ctx)
 }
 
-// Close closes every connection the Upgrader made at once, without a close
-// handshake; OnClose receives ErrServerClosed. It waits for their OnClose
-// calls. Afterwards Upgrade refuses requests with 503, as after Shutdown.
+// Close cuts every connection the Upgrader made, without a close handshake
+// (OnClose receives ErrServerClosed), and waits for their OnClose calls.
+// Afterwards Upgrade refuses requests with 503, as after Shutdown.
 func (u *Upgrader) Close() error {
 	u.track.close()
 	return nil

@@ -22,8 +22,8 @@ func (c *Conn) Get(key string) (value any, ok bool) {
 }
 
 // Set stores value on the connection under key, for the connection's life:
-// per-connection data such as a user ID or a room. It is safe to call from
-// any goroutine. An idle connection with nothing stored holds no map.
+// a user ID, a room. Get, Set and Delete are safe from any goroutine; a
+// connection with nothing stored holds no map.
 func (c *Conn) Set(key string, value any) {
 	v := c.values.Load()
 	if v == nil {
