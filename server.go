@@ -17,25 +17,19 @@ import (
 // Server accepts WebSocket connections on any net.Listener with its own
 // accept loop and HTTP/1.1 handshake parser, without net/http: less memory
 // and latency per connection. Every request with an Upgrade: websocket
-// field is treated as a WebSocket handshake (OnRequest may refuse the paths
-// it does not serve, with 404); the others go to HTTPHandler, served by
-// net/http on the same port (a health check, a metrics scrape), or are
-// refused when it is nil. For more than a few plain HTTP routes, use an
-// Upgrader inside a net/http server.
+// field is a handshake, whatever its path (OnRequest may refuse it); the
+// others go to HTTPHandler, or are refused when it is nil. For more than a
+// few plain HTTP routes, use an Upgrader inside a net/http server.
 //
 // Its Upgrader field holds the handler, the connections' Options and the
-// handshake's settings, as net/http's Server holds a Handler: OnRequest
-// sees each request (built from the parsed head, as an *http.Request), may
-// refuse it with any status, header fields and body, and attaches data to
-// the connection before OnOpen. The zero value is ready to use. Set the
-// fields before the first Serve and do not change them afterwards.
-//
-// Each connection runs its ReadLoop in the goroutine that accepted it.
+// handshake's settings, as net/http's Server holds a Handler. The zero
+// value is ready to use; set the fields before the first Serve and do not
+// change them afterwards. Each connection runs its ReadLoop in the
+// goroutine that accepted it.
 type Server struct {
-	// Upgrader's fields configure the connections and their handshakes,
-	// and mean here what they mean on an Upgrader; the Server answers the
-	// handshakes itself, without calling Upgrade. Default: the zero
-	// Upgrader.
+	// Upgrader's fields configure the connections and their handshakes as
+	// on an Upgrader; the Server answers the handshakes itself, without
+	// calling Upgrade. Default: the zero Upgrader.
 	Upgrader Upgrader
 
 	// MaxHeaderBytes bounds the handshake request head; a larger one is
@@ -43,28 +37,25 @@ type Server struct {
 	// 512-byte buffer that doubles as the head arrives, up to this bound.
 	MaxHeaderBytes int
 
-	// TLSConfig is used by ListenAndServeTLS (a copy, to which the
-	// certificate files are added). Default nil: a config with only those
-	// certificates.
+	// TLSConfig is used by ListenAndServeTLS, copied, with the certificate
+	// files added. Default nil: a config with only those certificates.
 	TLSConfig *tls.Config
 
 	// HTTPHandler, if set, serves the requests without an Upgrade:
-	// websocket field, through net/http on the same connection, with the
-	// bytes the Server read put back: keep-alive, bodies and HTTP/1.1's
-	// rules are net/http's, and so are later requests on that connection,
-	// even one that asks for a WebSocket. Each request has HandshakeTimeout
-	// to arrive and as long for its response (http.ResponseController
-	// extends them), an idle connection as long for its next request, and
-	// heads are bounded by MaxHeaderBytes. Shutdown and Close cover these
-	// connections; OnRequest and Metrics do not see them. Default nil: such
-	// a request is refused as a failed handshake.
+	// websocket field (a health check, a metrics scrape) through net/http on
+	// the same connection, which is net/http's from then on, even for a
+	// later request that asks for a WebSocket. A request has
+	// HandshakeTimeout to arrive and as long for its response, an idle
+	// connection as long for its next request; heads are bounded by
+	// MaxHeaderBytes. Shutdown and Close cover these connections; OnRequest
+	// and Metrics do not see them. Default nil: such a request is refused
+	// as a failed handshake.
 	HTTPHandler http.Handler
 
 	serverOnce sync.Once
 	serverCfg  *config
 
-	// The connections themselves, handshake included, are in
-	// Upgrader.track, with any that Upgrader.Upgrade made.
+	// The connections themselves are in Upgrader.track.
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	pending   map[net.Conn]struct{} // accepted, handshake not done
@@ -99,8 +90,7 @@ func (s *Server) ListenAndServe(addr string) error {
 }
 
 // ListenAndServeTLS listens on addr and serves WebSockets over TLS, with
-// Options.TLSConfig (if set) and the certificate and key files (if not
-// empty).
+// TLSConfig (if set) and the certificate and key files (if not empty).
 func (s *Server) ListenAndServeTLS(addr, certFile, keyFile string) error {
 	if s.Upgrader.track.closing.Load() {
 		return ErrServerClosed
@@ -123,10 +113,10 @@ func (s *Server) ListenAndServeTLS(addr, certFile, keyFile string) error {
 	return s.Serve(tls.NewListener(ln, cfg))
 }
 
-// Serve accepts connections on ln until Shutdown or Close, and then returns
-// ErrServerClosed; it returns other errors from ln.Accept that are not
-// temporary. Temporary accept errors (such as running out of file
-// descriptors) are logged and retried with a growing pause.
+// Serve accepts connections on ln until Shutdown or Close, then returns
+// ErrServerClosed. Temporary accept errors (running out of file
+// descriptors) are logged and retried with a growing pause; others are
+// returned.
 func (s *Server) Serve(ln net.Listener) error {
 	cfg := s.config()
 	s.mu.Lock()
@@ -209,11 +199,10 @@ func (s *Server) serveConn(nc net.Conn) {
 	}
 }
 
-// commit takes nc out of the handshakes that a shutdown drops, before its
-// 101 goes out: once the client has it, the connection is a WebSocket, and
-// a shutdown must close it with 1001 and read what the client sent meanwhile
-// (closing it unread would reset it, and destroy the close frame). It
-// reports false when the shutdown came first and closed nc.
+// commit takes nc out of the handshakes a shutdown drops, before its 101
+// goes out: from then on a shutdown closes it with 1001, reading what the
+// client sent (closing it unread would reset it). It reports false when
+// the shutdown came first and closed nc.
 func (s *Server) commit(nc net.Conn) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -225,14 +214,10 @@ func (s *Server) commit(nc net.Conn) bool {
 }
 
 // handshake reads the request head, checks it, and answers with 101 or an
-// HTTP error. It returns nil when the connection must be closed, and plain,
-// nc with the bytes read so far put back, when the request is for
-// HTTPHandler.
-//
-// The head is read into a buffer that starts at the pool's smallest class
-// and doubles only when the bytes received fill it, up to MaxHeaderBytes:
-// a client that sends a few bytes and then stalls (slowloris) pins a few
-// hundred bytes, not a buffer the size of the largest head allowed.
+// HTTP error. It returns nil when the connection must be closed, and plain
+// (nc with the bytes read put back) for HTTPHandler. The head's buffer
+// starts small and doubles as it fills, up to MaxHeaderBytes, so that a
+// client that stalls (slowloris) pins a few hundred bytes.
 func (s *Server) handshake(nc net.Conn) (c *Conn, plain net.Conn) {
 	cfg := s.config()
 	deadline := time.Now().Add(cfg.HandshakeTimeout)
@@ -257,9 +242,7 @@ func (s *Server) handshake(nc net.Conn) (c *Conn, plain net.Conn) {
 				return nil, nil
 			}
 			if w == len(*buf) {
-				// An incomplete head that fills MaxHeaderBytes is longer
-				// than that.
-				if w >= cfg.MaxHeaderBytes {
+				if w >= cfg.MaxHeaderBytes { // and still incomplete
 					refuse(nc, cfg, http.StatusRequestHeaderFieldsTooLarge, "request head too large")
 					return nil, nil
 				}
@@ -332,15 +315,11 @@ func newHTTPRequest(req *handshake.Request, nc net.Conn) (*http.Request, *Handsh
 	return r, nil
 }
 
-// Shutdown stops accepting, sends a close frame with 1001 (going away) to
-// every connection, and waits until every connection has ended (their
-// OnClose returned) or ctx is done. When ctx ends first, it closes the
-// connections that remain, waits for their OnClose, and returns ctx.Err().
-// It returns by ctx's deadline whatever the peers do, as
-// [Upgrader.Shutdown], which it extends: it covers every connection the
-// Server accepted, and any that s.Upgrader.Upgrade made. HTTPHandler's
-// connections are shut down as [http.Server.Shutdown] does, and closed when
-// ctx ends.
+// Shutdown stops accepting and does what [Upgrader.Shutdown] does, for
+// every connection the Server accepted and any s.Upgrader.Upgrade made:
+// close 1001 to each, then it waits until they have ended or ctx is done,
+// cuts the rest and returns ctx.Err(). HTTPHandler's connections are shut
+// down as [http.Server.Shutdown] does, and closed when ctx ends.
 func (s *Server) Shutdown(ctx context.Context) error {
 	hs := s.stopAccepting()
 	if hs == nil {
@@ -355,9 +334,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return err
 }
 
-// Close stops accepting and closes every connection at once, without a
-// close handshake; OnClose receives ErrServerClosed. It waits for the
-// connections' OnClose calls.
+// Close stops accepting and cuts every connection, without a close
+// handshake (OnClose receives ErrServerClosed); it waits for their OnClose.
 func (s *Server) Close() error {
 	if hs := s.stopAccepting(); hs != nil {
 		hs.close()
@@ -366,11 +344,9 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// stopAccepting closes the listeners and drops the handshakes in progress:
-// a Server that is shutting down takes no new connections. Setting closing
-// first makes Serve and serveConn, which check it under mu, add none, and
-// serveHTTP start no net/http server. It returns the one serving
-// HTTPHandler, if one was started.
+// stopAccepting closes the listeners and drops the handshakes in progress.
+// Setting closing first makes Serve, serveConn and serveHTTP, which check
+// it under mu, start nothing new. It returns HTTPHandler's server, if any.
 func (s *Server) stopAccepting() *httpSide {
 	s.Upgrader.track.closing.Store(true)
 	s.mu.Lock()

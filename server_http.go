@@ -10,14 +10,12 @@ import (
 	"sync"
 )
 
-// A Server's requests that are not WebSocket handshakes, handed to net/http
-// (Server.HTTPHandler): the Server reads the first request head as for a
-// handshake, then passes the connection, with what it read put back in
-// front, to an http.Server of its own through a listener that yields the
-// connections handed over.
+// A Server's requests that are not WebSocket handshakes go to HTTPHandler:
+// the connection, with the bytes read put back in front, is handed to an
+// http.Server of its own through a listener (connFeed).
 
-// httpSide is the net/http server behind a Server's HTTPHandler, made and
-// started by the first request for it.
+// httpSide is the net/http server behind HTTPHandler, started by the first
+// request for it.
 type httpSide struct {
 	srv    *http.Server
 	feed   *connFeed
@@ -45,10 +43,8 @@ func (s *Server) serveHTTP(nc net.Conn) {
 	hs.feed.hand(nc)
 }
 
-// newHTTPSide starts a net/http server for h with the Server's limits: a
-// request has HandshakeTimeout to arrive and its response as long to be
-// written, as a handshake has; an idle connection waits as long for its next
-// request.
+// newHTTPSide starts a net/http server for h with the Server's limits:
+// HandshakeTimeout for a request, its response, and an idle connection.
 func newHTTPSide(cfg *config, h http.Handler) *httpSide {
 	var protocols http.Protocols
 	protocols.SetHTTP1(true) // the Server's parser read an HTTP/1.x head
@@ -139,9 +135,8 @@ func (c *readAheadConn) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// CloseWrite half-closes the connection when the one underneath can: net/http
-// does so before closing, so that a client's unread bytes do not reset the
-// connection before it has read the response.
+// CloseWrite half-closes the connection when the one underneath can, as
+// net/http does before closing, so that the client reads the response.
 func (c *readAheadConn) CloseWrite() error {
 	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
 		return cw.CloseWrite()
@@ -150,8 +145,7 @@ func (c *readAheadConn) CloseWrite() error {
 }
 
 // connFeed is the net.Listener through which a Server hands connections to
-// its net/http server: Accept returns each connection hand gives it, until
-// Close.
+// its net/http server, until Close.
 type connFeed struct {
 	conns chan net.Conn
 	done  chan struct{}
@@ -182,7 +176,7 @@ func (f *connFeed) Close() error {
 }
 
 // Addr returns a placeholder: the connections come from the Server's
-// listeners, each with its own address.
+// listeners.
 func (f *connFeed) Addr() net.Addr { return feedAddr{} }
 
 type feedAddr struct{}
