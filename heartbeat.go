@@ -67,21 +67,6 @@ func (c *Conn) stopHeartbeat() {
 	c.cfg.wheel.Remove(hb)
 }
 
-// hbWaiting records that the read goroutine is about to wait for bytes.
-func (c *Conn) hbWaiting() {
-	if hb := c.hb; hb != nil {
-		hb.seen.Store(c.cfg.wheel.Now())
-	}
-}
-
-// hbArrived records that bytes arrived: the peer is alive, and the read
-// goroutine busy until it waits again.
-func (c *Conn) hbArrived() {
-	if hb := c.hb; hb != nil {
-		hb.seen.Store(hbBusy)
-	}
-}
-
 // Fire sends the connection a ping, which Check found due: on the wheel's
 // goroutine, after the tick's checks.
 func (hb *heartbeat) Fire() { hb.c.sendHeartbeatPing() }

@@ -1,10 +1,14 @@
 package gust
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"os"
+	"runtime/debug"
 	"sync/atomic"
 	"time"
 
@@ -13,6 +17,13 @@ import (
 	"github.com/gustws/gust/internal/mask"
 	"github.com/gustws/gust/internal/utf8"
 )
+
+// The reader, top to bottom: the read state; the read loop (serve), which
+// feeds the parser what the transport reads and parks or hands off the
+// connection when it yields; the parser (parse), which takes the bytes read
+// so far into frames and messages and says what it wants next; the reads
+// that feed it; and the bound on a message that never finishes
+// (Options.MessageTimeout).
 
 const minReadBufferSize = 512
 
@@ -136,6 +147,129 @@ func (rd *readState) releaseAll() {
 	}
 }
 
+// inMessage reports whether a frame or a message is in progress, whose
+// rest the next read waits for.
+func (rd *readState) inMessage() bool { return rd.op != 0 || rd.inFrame || rd.r < rd.w }
+
+// growMessage makes room in the message buffer for the bytes that have
+// arrived (rd.buf[r:w]) and more: about twice the message so far, never
+// what a header announces, so that a peer that announces 16 MiB and sends
+// 1 KiB holds about 1 KiB, and a message in many pieces grows
+// geometrically, in linear time. The last frame's end bounds the size;
+// before it, the size limit does, and the stream threshold past which the
+// message is streamed.
+func (rd *readState) growMessage(fin bool, end int, limit int64, threshold int) {
+	size := max(2*rd.n, rd.n+rd.w-rd.r)
+	if fin {
+		size = min(size, end)
+	} else {
+		size = int(min(int64(size), limit))
+		if threshold > 0 {
+			size = min(size, threshold)
+		}
+	}
+	if fin && size < end {
+		// A buffer for the whole frame that the pool already holds commits
+		// no new memory: take it rather than grow to it by doubling,
+		// copying the message at each step.
+		if nb := bufpool.TryGet(end); nb != nil {
+			if rd.msg != nil {
+				copy(*nb, (*rd.msg)[:rd.n])
+				bufpool.Put(rd.msg)
+			}
+			rd.msg = nb
+			return
+		}
+	}
+	rd.msg = bufpool.Grow(rd.msg, size)
+}
+
+// countEmpty counts h, the header of a data frame of the message in
+// progress, if it is empty and not the last (maxEmptyFrames).
+func (rd *readState) countEmpty(h *frameHeader) error {
+	if h.length > 0 || h.fin {
+		return nil
+	}
+	if rd.empty++; rd.empty > maxEmptyFrames {
+		return protocolError(StatusPolicyViolation, "more than 1024 empty frames in one message")
+	}
+	return nil
+}
+
+// serve reads and dispatches until the connection ends, and ends it; in
+// netpoll mode, until it has nothing to read, and then parks it. On an
+// event loop (c.rd.loop), whatever would wait goes to a goroutine instead:
+// the rest of a message streamed to its handler, writes the socket did not
+// take, the end of the connection.
+func (c *Conn) serve(open bool) {
+	for {
+		y, err := c.run(open)
+		open = false
+		switch y {
+		case park:
+			if c.park() {
+				// Bytes came meanwhile, the socket was closed or the read
+				// deadline passed: serve on, with a read that finds out.
+				c.rd.drained = false
+				continue
+			}
+			return
+		case handOff:
+			c.rd.loop = false
+			go c.serveOffLoop()
+			return
+		}
+		if c.rd.loop {
+			c.rd.loop = false
+			go c.end(err)
+			return
+		}
+		c.end(err)
+		return
+	}
+}
+
+// serveOffLoop serves on a goroutine of its own a connection an event loop
+// handed over (handOff): it writes what the socket did not take on the
+// loop, then reads on where the loop stopped, and parks again once idle.
+func (c *Conn) serveOffLoop() {
+	c.wr.mu.Lock()
+	err := c.writeFailed(c.writeBacklogLocked())
+	c.wr.mu.Unlock()
+	if err != nil {
+		c.end(err)
+		return
+	}
+	c.serve(false)
+}
+
+// run calls OnOpen (when open is set) and reads until the connection ends
+// or yields. A panic in a callback, unless Options.DisableRecovery is set,
+// becomes a *PanicError, which end answers with 1011.
+func (c *Conn) run(open bool) (y yield, err error) {
+	if !c.cfg.DisableRecovery {
+		defer func() {
+			if p := recover(); p != nil {
+				y, err = goOn, c.recovered(p)
+			}
+		}()
+	}
+	if open {
+		c.handler.OnOpen(c)
+	}
+	return c.readFrames()
+}
+
+// recovered logs the panic p of a callback and returns it as a
+// *PanicError; the caller sends the 1011.
+func (c *Conn) recovered(p any) error {
+	pe := &PanicError{Value: p, Stack: debug.Stack()}
+	c.cfg.logger().LogAttrs(context.Background(), slog.LevelError, "gust: panic in event handler",
+		c.remoteAttr(), slog.Int("code", int(StatusInternalError)), slog.String("panic", fmt.Sprint(p)),
+		slog.String("stack", string(pe.Stack)))
+	return pe
+}
+
 // yield is why serving a connection stops without its end (netpoll
 // mode). The transport side decides it: the parser only says what it needs
 // next (want).
@@ -146,211 +280,6 @@ const (
 	park          // nothing more has arrived: park on the event loop (Conn.park)
 	handOff       // what comes next may wait: go on on a goroutine of its own (serveOffLoop)
 )
-
-// read reads from the connection into p (or, when p is nil, into a fresh
-// pooled buffer that becomes the read buffer), flushing corked writes
-// first, so that every write made while dispatching leaves before the read
-// waits.
-func (c *Conn) read(p []byte) (int, yield, error) {
-	if y, err := c.uncork(); y != goOn || err != nil {
-		return 0, y, err
-	}
-	if err := c.boundMessage(); err != nil {
-		return 0, goOn, err
-	}
-	return c.readSome(p)
-}
-
-// readSome is read's one read. It waits for bytes, except where the
-// connection parks (mayPark): then it yields park when nothing has
-// arrived, and also on an event loop when the last read came short of its
-// buffer: it took all there was then, and the descriptor is
-// edge-triggered, so bytes that came since have queued a readable event,
-// which resumes the connection once it parks (this saves the read that
-// would find nothing). Not once the loop has seen the peer's end
-// (peerEnded): a FIN that came with the last bytes, in their event, queues
-// none, and only a read finds it. A connection that has done
-// loopWorkBudget of work in this turn is handed to a goroutine, so that a
-// peer that keeps sending cannot hold up the loop.
-func (c *Conn) readSome(dst []byte) (int, yield, error) {
-	rd := c.rd
-	if rd.loop {
-		if rd.drained {
-			c.hbWaiting()
-			return 0, park, nil
-		}
-		if rd.work >= loopWorkBudget {
-			return 0, handOff, nil
-		}
-	}
-	try := c.mayPark()
-	c.hbWaiting()
-	for {
-		buf, n, again, err := c.tr.read(dst, try)
-		switch {
-		case again:
-			return 0, park, nil
-		case err != nil:
-			if err = c.overdue(err); err != nil {
-				return 0, goOn, err
-			}
-			continue
-		case n == 0:
-			continue
-		}
-		size := len(dst)
-		if dst == nil {
-			rd.buf, rd.r, rd.w = buf, 0, n
-			size = c.idleReadSize()
-		}
-		if rd.loop {
-			rd.addWork(n)
-		}
-		rd.drained = rd.loop && n < size && !c.peerEnded()
-		c.hbArrived()
-		if !c.cork(drainedBatch(n, size)) {
-			return n, handOff, nil
-		}
-		return n, goOn, nil
-	}
-}
-
-// clockStart is the origin of clockMS.
-var clockStart = time.Now()
-
-// clockMS is a coarse monotonic clock: the milliseconds since clockStart,
-// modulo 2^32 (a difference under 49 days is right), never 0.
-func clockMS() uint32 {
-	if ms := uint32(time.Since(clockStart).Milliseconds()); ms != 0 {
-		return ms
-	}
-	return 1
-}
-
-// inMessage reports whether a frame or a message is in progress, whose
-// rest the next read waits for.
-func (rd *readState) inMessage() bool { return rd.op != 0 || rd.inFrame || rd.r < rd.w }
-
-// messageLeft returns how long the message in progress may still take
-// (Options.MessageTimeout), counted from the first time it waited for
-// bytes, which it records; ok is false when no bound applies.
-func (c *Conn) messageLeft() (left time.Duration, ok bool) {
-	rd := c.rd
-	t := c.cfg.MessageTimeout.Truncate(time.Millisecond)
-	if t <= 0 || !rd.inMessage() {
-		return 0, false
-	}
-	now := clockMS()
-	if rd.since == 0 {
-		rd.since = now
-	}
-	return t - time.Duration(now-rd.since)*time.Millisecond, true
-}
-
-// boundMessage is called before a read, which may wait: in the middle of
-// a frame or a message it fails the connection once the message has taken
-// Options.MessageTimeout, and otherwise bounds the wait to come. In goroutine mode the socket's read deadline does; a connection
-// parked in netpoll mode is woken instead (park). The bound is left in
-// place when the message ends, so that messages which keep coming do not
-// set it at each read: one that fires for an earlier message is set again
-// (overdue).
-func (c *Conn) boundMessage() error {
-	left, ok := c.messageLeft()
-	switch {
-	case !ok:
-		return nil
-	case left <= 0:
-		return messageTimeout(c.cfg.MessageTimeout)
-	}
-	rd := c.rd
-	if !rd.armed && c.sock() == nil {
-		dl := time.Now().Add(left)
-		if u := rd.readDL.Load(); u != 0 && u < dl.UnixNano() {
-			dl = time.Unix(0, u)
-		}
-		c.conn.SetReadDeadline(dl)
-		rd.armed = true
-	}
-	return nil
-}
-
-// overdue looks at a read's error in goroutine mode once boundMessage has
-// set the read deadline: the message in progress past its bound fails the
-// connection; the user's deadline passed is err; otherwise the deadline was
-// set for an earlier message, and overdue sets the right one and returns
-// nil: the caller reads again.
-func (c *Conn) overdue(err error) error {
-	rd := c.rd
-	if !rd.armed || !errors.Is(err, os.ErrDeadlineExceeded) || c.sock() != nil {
-		return err
-	}
-	if left, ok := c.messageLeft(); ok && left <= 0 {
-		return messageTimeout(c.cfg.MessageTimeout)
-	}
-	u := rd.readDL.Load()
-	if u != 0 && time.Now().UnixNano() >= u {
-		return err
-	}
-	rd.armed = false
-	var dl time.Time
-	if u != 0 {
-		dl = time.Unix(0, u)
-	}
-	c.conn.SetReadDeadline(dl)
-	return c.boundMessage()
-}
-
-// messageTimeout is the error of a message not complete after t
-// (Options.MessageTimeout).
-func messageTimeout(t time.Duration) error {
-	return &ProtocolError{Code: StatusPolicyViolation, Reason: "message not complete after " + t.String(),
-		err: os.ErrDeadlineExceeded}
-}
-
-// mayPark reports whether a read must not wait but park the connection
-// when nothing has arrived: on an event loop, and in netpoll mode
-// on any goroutine, except for a streamed message, whose handler reads
-// from its callback.
-func (c *Conn) mayPark() bool {
-	return c.rd.loop || (!c.rd.userReads && c.sock() != nil)
-}
-
-// fill reads more bytes into the read buffer, making room at its end first.
-func (c *Conn) fill() (yield, error) {
-	rd := c.rd
-	if rd.r == rd.w && c.direct() {
-		// Drained: wait for bytes without a buffer (the transport takes one
-		// once they have come).
-		rd.release()
-		rd.putSlab()
-		_, y, err := c.read(nil)
-		return y, err
-	}
-	if rd.buf == nil {
-		size := c.cfg.ReadBufferSize
-		if !c.direct() {
-			// This connection holds its buffer while it waits (TLS, HTTP/2
-			// streams): keep it small.
-			size = min(size, waitingReadBufferSize)
-		}
-		rd.buf = bufpool.Get(max(size, minReadBufferSize))
-	}
-	rd.putSlab()
-	b := *rd.buf
-	if rd.r == rd.w {
-		rd.r, rd.w = 0, 0
-	} else if rd.r > 0 && len(b)-rd.r < minReadBufferSize {
-		rd.w = copy(b, b[rd.r:rd.w])
-		rd.r = 0
-	}
-	n, y, err := c.read(b[rd.w:])
-	rd.w += n
-	return y, err
-}
-
-func protocolError(code StatusCode, reason string) error {
-	return &ProtocolError{Code: code, Reason: reason}
-}
 
 // want is what the parser needs to go on when it stops without an error.
 type want uint8
@@ -636,67 +565,6 @@ func (c *Conn) endMessage(key [4]byte) (want, error) {
 	return 0, nil
 }
 
-// growMessage makes room in the message buffer for the bytes that have
-// arrived (rd.buf[r:w]) and more: about twice the message so far, never
-// what a header announces, so that a peer that announces 16 MiB and sends
-// 1 KiB holds about 1 KiB, and a message in many pieces grows
-// geometrically, in linear time. The last frame's end bounds the size;
-// before it, the size limit does, and the stream threshold past which the
-// message is streamed.
-func (rd *readState) growMessage(fin bool, end int, limit int64, threshold int) {
-	size := max(2*rd.n, rd.n+rd.w-rd.r)
-	if fin {
-		size = min(size, end)
-	} else {
-		size = int(min(int64(size), limit))
-		if threshold > 0 {
-			size = min(size, threshold)
-		}
-	}
-	if fin && size < end {
-		// A buffer for the whole frame that the pool already holds commits
-		// no new memory: take it rather than grow to it by doubling,
-		// copying the message at each step.
-		if nb := bufpool.TryGet(end); nb != nil {
-			if rd.msg != nil {
-				copy(*nb, (*rd.msg)[:rd.n])
-				bufpool.Put(rd.msg)
-			}
-			rd.msg = nb
-			return
-		}
-	}
-	rd.msg = bufpool.Grow(rd.msg, size)
-}
-
-// countEmpty counts h, the header of a data frame of the message in
-// progress, if it is empty and not the last (maxEmptyFrames).
-func (rd *readState) countEmpty(h *frameHeader) error {
-	if h.length > 0 || h.fin {
-		return nil
-	}
-	if rd.empty++; rd.empty > maxEmptyFrames {
-		return protocolError(StatusPolicyViolation, "more than 1024 empty frames in one message")
-	}
-	return nil
-}
-
-// maxMessageSize is Options.MaxMessageSize, math.MaxInt for no limit.
-func (c *Conn) maxMessageSize() int64 {
-	limit := c.cfg.MaxMessageSize
-	if limit < 0 || limit > math.MaxInt {
-		limit = math.MaxInt
-	}
-	return limit
-}
-
-// isTooBig reports whether err is gust failing a message over the size
-// limit.
-func isTooBig(err error) bool {
-	pe, ok := err.(*ProtocolError)
-	return ok && pe.Code == StatusMessageTooBig
-}
-
 // inflateMessage replaces the compressed message in rd.msg with its
 // inflated bytes, checking size and text as they come out.
 func (c *Conn) inflateMessage() error {
@@ -718,14 +586,6 @@ func (c *Conn) inflateMessage() error {
 	bufpool.Put(rd.msg)
 	rd.msg, rd.n = out, n
 	return nil
-}
-
-// noEOF turns an EOF in the middle of a frame into io.ErrUnexpectedEOF.
-func noEOF(err error) error {
-	if err == io.EOF {
-		return io.ErrUnexpectedEOF
-	}
-	return err
 }
 
 // dispatch hands a message to OnMessage, on the read goroutine or, with
@@ -755,4 +615,310 @@ func (c *Conn) dispatch(m *Message) {
 		}
 		c.handler.OnMessage(c, m)
 	}()
+}
+
+// maxMessageSize is Options.MaxMessageSize, math.MaxInt for no limit.
+func (c *Conn) maxMessageSize() int64 {
+	limit := c.cfg.MaxMessageSize
+	if limit < 0 || limit > math.MaxInt {
+		limit = math.MaxInt
+	}
+	return limit
+}
+
+// isTooBig reports whether err is gust failing a message over the size
+// limit.
+func isTooBig(err error) bool {
+	pe, ok := err.(*ProtocolError)
+	return ok && pe.Code == StatusMessageTooBig
+}
+
+func protocolError(code StatusCode, reason string) error {
+	return &ProtocolError{Code: code, Reason: reason}
+}
+
+// noEOF turns an EOF in the middle of a frame into io.ErrUnexpectedEOF.
+func noEOF(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// fill reads more bytes into the read buffer, making room at its end first.
+func (c *Conn) fill() (yield, error) {
+	rd := c.rd
+	if rd.r == rd.w && c.direct() {
+		// Drained: wait for bytes without a buffer (the transport takes one
+		// once they have come).
+		rd.release()
+		rd.putSlab()
+		_, y, err := c.read(nil)
+		return y, err
+	}
+	if rd.buf == nil {
+		size := c.cfg.ReadBufferSize
+		if !c.direct() {
+			// This connection holds its buffer while it waits (TLS, HTTP/2
+			// streams): keep it small.
+			size = min(size, waitingReadBufferSize)
+		}
+		rd.buf = bufpool.Get(max(size, minReadBufferSize))
+	}
+	rd.putSlab()
+	b := *rd.buf
+	if rd.r == rd.w {
+		rd.r, rd.w = 0, 0
+	} else if rd.r > 0 && len(b)-rd.r < minReadBufferSize {
+		rd.w = copy(b, b[rd.r:rd.w])
+		rd.r = 0
+	}
+	n, y, err := c.read(b[rd.w:])
+	rd.w += n
+	return y, err
+}
+
+// read reads from the connection into p (or, when p is nil, into a fresh
+// pooled buffer that becomes the read buffer), flushing corked writes
+// first, so that every write made while dispatching leaves before the read
+// waits.
+func (c *Conn) read(p []byte) (int, yield, error) {
+	if y, err := c.uncork(); y != goOn || err != nil {
+		return 0, y, err
+	}
+	if err := c.boundMessage(); err != nil {
+		return 0, goOn, err
+	}
+	return c.readSome(p)
+}
+
+// readSome is read's one read. It waits for bytes, except where the
+// connection parks (mayPark): then it yields park when nothing has
+// arrived, and also on an event loop when the last read came short of its
+// buffer: it took all there was then, and the descriptor is
+// edge-triggered, so bytes that came since have queued a readable event,
+// which resumes the connection once it parks (this saves the read that
+// would find nothing). Not once the loop has seen the peer's end
+// (peerEnded): a FIN that came with the last bytes, in their event, queues
+// none, and only a read finds it. A connection that has done
+// loopWorkBudget of work in this turn is handed to a goroutine, so that a
+// peer that keeps sending cannot hold up the loop.
+func (c *Conn) readSome(dst []byte) (int, yield, error) {
+	rd := c.rd
+	if rd.loop && !rd.drained && rd.work >= loopWorkBudget {
+		return 0, handOff, nil
+	}
+	if hb := c.hb; hb != nil {
+		hb.seen.Store(c.cfg.wheel.Now()) // for the heartbeat: silent from now until bytes arrive
+	}
+	if rd.loop && rd.drained {
+		return 0, park, nil
+	}
+	try := c.mayPark()
+	for {
+		buf, n, again, err := c.tr.read(dst, try)
+		switch {
+		case again:
+			return 0, park, nil
+		case err != nil:
+			if err = c.overdue(err); err != nil {
+				return 0, goOn, err
+			}
+			continue
+		case n == 0:
+			continue
+		}
+		size := len(dst)
+		if dst == nil {
+			rd.buf, rd.r, rd.w = buf, 0, n
+			size = c.idleReadSize()
+		}
+		if rd.loop {
+			rd.addWork(n)
+		}
+		rd.drained = rd.loop && n < size && !c.peerEnded()
+		if hb := c.hb; hb != nil {
+			hb.seen.Store(hbBusy) // the peer is alive; this goroutine busy until it waits again
+		}
+		if !c.cork(drainedBatch(n, size)) {
+			return n, handOff, nil
+		}
+		return n, goOn, nil
+	}
+}
+
+// mayPark reports whether a read must not wait but park the connection
+// when nothing has arrived: on an event loop, and in netpoll mode
+// on any goroutine, except for a streamed message, whose handler reads
+// from its callback.
+func (c *Conn) mayPark() bool {
+	return c.rd.loop || (!c.rd.userReads && c.sock() != nil)
+}
+
+// Corking: writes made while the read goroutine dispatches what one read
+// brought (from its callbacks, or from other goroutines meanwhile) are
+// appended to the write buffer and reach the socket together, in one system
+// call, before the next read waits (uncork), instead of one each.
+
+// cork makes writes append to the cork buffer; the read goroutine calls it
+// when it starts dispatching freshly read bytes. early asks for an early
+// flush of the batch (drainedBatch).
+//
+// On an event loop it also makes every write not wait (netWriteBacklog).
+// It never waits for the write lock there: a goroutine holding it may be
+// waiting for the socket, so it reports false, and the loop hands the
+// connection, and the bytes it read, to a goroutine instead (handOff).
+func (c *Conn) cork(early bool) bool {
+	loop := c.rd.loop
+	if c.parallel != nil && !loop {
+		return true
+	}
+	if !loop {
+		c.wr.mu.Lock()
+	} else if !c.wr.mu.TryLock() {
+		return false
+	}
+	if c.parallel == nil {
+		c.wr.corked = true
+		c.wr.early = early
+	}
+	c.wr.noWait = loop
+	c.wr.mu.Unlock()
+	c.rd.uncorkDue = true
+	return true
+}
+
+// uncork flushes what was corked; the read goroutine calls it before each
+// blocking read. On an event loop, what the socket does not take stays in
+// the backlog, and the connection goes to a goroutine that writes it
+// (handOff).
+func (c *Conn) uncork() (yield, error) {
+	if !c.rd.uncorkDue {
+		return goOn, nil
+	}
+	if !c.rd.loop {
+		c.wr.mu.Lock()
+	} else if !c.wr.mu.TryLock() {
+		return handOff, nil // stays corked: the goroutine flushes
+	}
+	c.rd.uncorkDue = false
+	c.wr.corked, c.wr.early = false, false
+	err := c.flushLocked()
+	c.wr.noWait = false
+	if err == nil && !c.rd.loop {
+		err = c.writeFailed(c.writeBacklogLocked())
+	}
+	backlog := c.wr.backlog != nil
+	c.wr.mu.Unlock()
+	if err == nil && backlog {
+		return handOff, nil
+	}
+	return goOn, err
+}
+
+// earlyFlushSize is how much a batch corks before its first flush when the
+// read that brought it drained the socket and was large (earlyFlushBatch).
+// The peer then sent all it could and waits for answers: a first part sent
+// early lets it work while the rest of the batch is dispatched, instead of
+// each side idling while the other handles a whole batch. A read that
+// filled the buffer means more bytes are waiting, so the server is the one
+// behind, and a small batch is answered soon anyway: those go out in one
+// write. The cost is one write per earlyFlushBatch bytes read at most.
+const (
+	earlyFlushSize  = 16 << 10
+	earlyFlushBatch = 40 << 10
+)
+
+// drainedBatch reports whether a read of n bytes into a buffer of size
+// bytes calls for an early flush (earlyFlushSize).
+func drainedBatch(n, size int) bool {
+	return n < size && n >= earlyFlushBatch
+}
+
+// clockStart is the origin of clockMS.
+var clockStart = time.Now()
+
+// clockMS is a coarse monotonic clock: the milliseconds since clockStart,
+// modulo 2^32 (a difference under 49 days is right), never 0.
+func clockMS() uint32 {
+	if ms := uint32(time.Since(clockStart).Milliseconds()); ms != 0 {
+		return ms
+	}
+	return 1
+}
+
+// messageLeft returns how long the message in progress may still take
+// (Options.MessageTimeout), counted from the first time it waited for
+// bytes, which it records; ok is false when no bound applies.
+func (c *Conn) messageLeft() (left time.Duration, ok bool) {
+	rd := c.rd
+	t := c.cfg.MessageTimeout.Truncate(time.Millisecond)
+	if t <= 0 || !rd.inMessage() {
+		return 0, false
+	}
+	now := clockMS()
+	if rd.since == 0 {
+		rd.since = now
+	}
+	return t - time.Duration(now-rd.since)*time.Millisecond, true
+}
+
+// boundMessage is called before a read, which may wait: in the middle of
+// a frame or a message it fails the connection once the message has taken
+// Options.MessageTimeout, and otherwise bounds the wait to come. In goroutine mode the socket's read deadline does; a connection
+// parked in netpoll mode is woken instead (park). The bound is left in
+// place when the message ends, so that messages which keep coming do not
+// set it at each read: one that fires for an earlier message is set again
+// (overdue).
+func (c *Conn) boundMessage() error {
+	left, ok := c.messageLeft()
+	switch {
+	case !ok:
+		return nil
+	case left <= 0:
+		return messageTimeout(c.cfg.MessageTimeout)
+	}
+	rd := c.rd
+	if !rd.armed && c.sock() == nil {
+		dl := time.Now().Add(left)
+		if u := rd.readDL.Load(); u != 0 && u < dl.UnixNano() {
+			dl = time.Unix(0, u)
+		}
+		c.conn.SetReadDeadline(dl)
+		rd.armed = true
+	}
+	return nil
+}
+
+// overdue looks at a read's error in goroutine mode once boundMessage has
+// set the read deadline: the message in progress past its bound fails the
+// connection; the user's deadline passed is err; otherwise the deadline was
+// set for an earlier message, and overdue sets the right one and returns
+// nil: the caller reads again.
+func (c *Conn) overdue(err error) error {
+	rd := c.rd
+	if !rd.armed || !errors.Is(err, os.ErrDeadlineExceeded) || c.sock() != nil {
+		return err
+	}
+	if left, ok := c.messageLeft(); ok && left <= 0 {
+		return messageTimeout(c.cfg.MessageTimeout)
+	}
+	u := rd.readDL.Load()
+	if u != 0 && time.Now().UnixNano() >= u {
+		return err
+	}
+	rd.armed = false
+	var dl time.Time
+	if u != 0 {
+		dl = time.Unix(0, u)
+	}
+	c.conn.SetReadDeadline(dl)
+	return c.boundMessage()
+}
+
+// messageTimeout is the error of a message not complete after t
+// (Options.MessageTimeout).
+func messageTimeout(t time.Duration) error {
+	return &ProtocolError{Code: StatusPolicyViolation, Reason: "message not complete after " + t.String(),
+		err: os.ErrDeadlineExceeded}
 }

@@ -369,3 +369,30 @@ func (c *Conn) writeFailed(err error) error {
 	c.abort(err)
 	return err
 }
+
+// flushEarlyLocked flushes the cork buffer once it holds earlyFlushSize
+// bytes, the first time in a batch that asked for it (writeState.early).
+func (c *Conn) flushEarlyLocked() error {
+	w := &c.wr
+	if !w.early || len(*w.buf) < earlyFlushSize {
+		return nil
+	}
+	w.early = false
+	return c.flushLocked()
+}
+
+// batchLocked runs write with the write lock held and the writes corked,
+// then flushes them in one system call, unless the read goroutine has corked
+// the connection: it flushes before its next read. It returns the flush's
+// error.
+func (c *Conn) batchLocked(write func()) error {
+	w := &c.wr
+	wasCorked := w.corked
+	w.corked = true
+	write()
+	w.corked = wasCorked
+	if wasCorked {
+		return nil
+	}
+	return c.flushLocked()
+}
