@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 )
 
 // StatusCode is a WebSocket close status code (RFC 6455 §7.4).
@@ -77,18 +76,15 @@ type CloseError struct {
 }
 
 func (e *CloseError) Error() string {
-	var b strings.Builder
+	s := "gust: closed, the peer answering with "
 	if e.ByPeer {
-		b.WriteString("gust: closed by the peer with ")
-	} else {
-		b.WriteString("gust: closed, the peer answering with ")
+		s = "gust: closed by the peer with "
 	}
-	b.WriteString(e.Code.text())
+	s += e.Code.text()
 	if e.Reason != "" {
-		b.WriteString(": ")
-		b.WriteString(strconv.Quote(e.Reason))
+		s += ": " + strconv.Quote(e.Reason)
 	}
-	return b.String()
+	return s
 }
 
 // text is the code and, when it has one, its name: "1001 GoingAway".

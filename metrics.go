@@ -11,35 +11,26 @@ import (
 	"time"
 )
 
-// Metrics receives what happens on connections, for counters and gauges:
-// handshakes, connections opening and closing (with code and cause), data
-// messages and their bytes both ways, and the outboxes' queues. Set one in
-// Options.Metrics. The package github.com/gustws/gust/metrics implements it
-// with atomic counters for expvar, the module
-// github.com/gustws/gust/metrics/prometheus with Prometheus metrics.
+// Metrics receives what happens on connections, for counters and gauges.
+// Set one in Options.Metrics; github.com/gustws/gust/metrics implements it
+// for expvar, github.com/gustws/gust/metrics/prometheus for Prometheus.
 //
 // The methods are called synchronously where the event happens, from many
-// connections at once: they must be safe for concurrent use, must not block
-// (a connection waits for them) and must not panic (gust does not recover
-// the hook's panics). Sent, Queued and Dropped may run under a lock of c's
+// connections at once: they must be safe for concurrent use and must not
+// block or panic. Sent, Queued and Dropped may run under a lock of c's
 // writes or outbox: they must not write to c, queue on it or Close it
-// (CloseNow is fine). Keep per-connection state, if any, with [Conn.Set].
-// Unset, each event costs one nil check; set, one interface call and no
-// allocation.
+// (CloseNow is fine). Unset, each event costs one nil check; set, one
+// interface call and no allocation.
 //
 // # Close causes
 //
-// Closed's cause is one of a fixed set of strings, fit for a label. It is
-// classified from the error OnClose receives:
+// Closed's cause, fit for a label, says what the error OnClose receives is:
 //
 //   - "panic": a callback panicked ([*PanicError]); gust sent 1011.
-//   - "slow": the outbox overflowed under OutboxCloseSlow
-//     ([ErrSlowConsumer]); gust sent 1008.
-//   - "limit": a message over Options.MaxMessageSize (a [*ProtocolError]
-//     with 1009).
+//   - "slow": [ErrSlowConsumer], under OutboxCloseSlow; gust sent 1008.
+//   - "limit": a message over MaxMessageSize ([*ProtocolError], 1009).
 //   - "protocol": any other *ProtocolError (1002, 1007).
-//   - "peer": the peer started the closing handshake ([*CloseError] with
-//     ByPeer).
+//   - "peer": the peer started the closing handshake ([*CloseError].ByPeer).
 //   - "shutdown": a Server's or Upgrader's Shutdown or Close ended it
 //     ([ErrServerClosed], or Shutdown's 1001, answered or not).
 //   - "local": [Conn.Close] answered by the peer, or [Conn.CloseNow].
@@ -50,26 +41,20 @@ import (
 // # Netpoll mode
 //
 // A Metrics may also have a method Netpoll(c *Conn, event string), found
-// by a type assertion and called under the rules above, for what a user
-// must know of netpoll mode (Options.Netpoll):
+// by a type assertion, told of what a user must know of netpoll mode (each
+// also logged at level Warn, at most once a second per kind):
 //
-//   - "fallback-fd": c stays in goroutine mode for life: its descriptor
-//     could not be duplicated or added to an event loop (most often the
-//     descriptor limit, EMFILE).
+//   - "fallback-fd": c stays in goroutine mode: its descriptor could not
+//     be duplicated or added to an event loop (most often EMFILE).
 //   - "fallback-type": c stays in goroutine mode: it is not a plain TCP or
 //     Unix socket (TLS, an HTTP/2 stream, a wrapped net.Conn).
 //   - "blocked": serving c held its event loop past 100 ms.
-//
-// Each is also logged at level Warn, at most once a second per kind and
-// Options, with the number of events since the last record.
 type Metrics interface {
-	// Handshake reports a handshake's outcome as an HTTP status: 101 (200
-	// over HTTP/2) when accepted; the refusal's status (400, 403, 405, 426,
-	// 431, 503 while shutting down, ...); or 0 when it ended without one:
-	// the connection broke, timed out or could not be taken over, or no
-	// valid answer came to a Dial. A Server's client that sent nothing is
-	// not reported. On the client, once per Dial. Opened follows an
-	// accepted handshake once the connection starts.
+	// Handshake reports a handshake's outcome, on either side: 101 (200 over
+	// HTTP/2) when accepted, the refusal's status (400, 403, 503 while
+	// shutting down, ...), or 0 when it ended without one (the connection
+	// broke or timed out, or no valid answer came to a Dial). A Server's
+	// client that sent nothing is not reported.
 	Handshake(status int)
 
 	// Opened reports that c started: just before OnOpen, or when a Shutdown
@@ -82,33 +67,34 @@ type Metrics interface {
 	// 1006 (StatusAbnormalClosure); cause is one of the close causes above.
 	Closed(c *Conn, code StatusCode, cause string)
 
-	// Received reports a data message read in full, before OnMessage (also
-	// one dropped because a close frame was sent); a streamed one once read
-	// to its end, after OnMessage. payload is its size, wire that of its
-	// frames' payloads as they came, compressed or not.
+	// Received reports a data message read in full, before OnMessage (a
+	// streamed one after, once read to its end). payload is its size, wire
+	// that of its frames' payloads as they came, compressed or not.
 	Received(c *Conn, op Opcode, payload, wire int)
 
-	// Sent reports a data message written or corked, by any write method
-	// or the outbox (a NextWriter's or WriteFrom's with its last frame):
-	// payload is its size, wire that of its frame's payload after
-	// compression. A write that fails is not reported: the connection ends.
+	// Sent reports a data message written or corked (a NextWriter's with
+	// its last frame): payload is its size, wire that of its frame's payload
+	// after compression. A write that fails is not reported.
 	Sent(c *Conn, op Opcode, payload, wire int)
 
 	// Queued reports n messages entering (n > 0) or leaving (n < 0) c's
-	// outbox: queued by WriteAsync, WritePreparedAsync or a heartbeat ping
-	// that could not be written at once, taken by its writer, or discarded
-	// by Options.OutboxPolicy. One written at once, the outbox being empty,
-	// is not queued. The sum of n is the number of messages waiting.
+	// outbox (WriteAsync, WritePreparedAsync, a heartbeat ping; its writer,
+	// OutboxPolicy). One written at once is not queued. The sum of n is the
+	// number of messages waiting.
 	Queued(c *Conn, n int)
 
-	// Dropped reports n messages c's full outbox refused or discarded
-	// under Options.OutboxPolicy (under OutboxCloseSlow, the queue and the
-	// new message).
+	// Dropped reports n messages c's full outbox refused or discarded under
+	// Options.OutboxPolicy.
 	Dropped(c *Conn, n int)
 }
 
-// The events of Metrics' optional Netpoll method, indexed by the kinds below.
-var netpollEvents = [...]string{"fallback-fd", "fallback-type", "blocked"}
+// The events of Metrics' optional Netpoll method and their Warn records,
+// indexed by the kinds below.
+var netpollEvents = [...]struct{ name, msg string }{
+	{"fallback-fd", "gust: netpoll: connections stay in goroutine mode for life: their descriptor could not be duplicated or added to an event loop (descriptor limit?)"},
+	{"fallback-type", "gust: netpoll: connections that are not plain TCP or Unix sockets (TLS, HTTP/2, a wrapper) stay in goroutine mode"},
+	{"blocked", "gust: netpoll: serving a connection held its event loop, and every connection of the loop waited: a callback that blocks?"},
+}
 
 const (
 	netpollFallbackFD = iota
@@ -140,9 +126,10 @@ func (nn *netpollNotes) due(kind int, now time.Time) (int, bool) {
 
 // noteNetpoll reports a netpoll mode event on c to Metrics' Netpoll method,
 // if it has one, and to the Logger at level Warn, rate limited.
-func (c *Conn) noteNetpoll(kind int, msg string, attrs ...slog.Attr) {
+func (c *Conn) noteNetpoll(kind int, attr slog.Attr) {
+	ev := netpollEvents[kind]
 	if m, ok := c.cfg.Metrics.(interface{ Netpoll(*Conn, string) }); ok {
-		m.Netpoll(c, netpollEvents[kind])
+		m.Netpoll(c, ev.name)
 	}
 	nn := c.cfg.netpollNotes
 	if nn == nil {
@@ -152,28 +139,25 @@ func (c *Conn) noteNetpoll(kind int, msg string, attrs ...slog.Attr) {
 	if !ok {
 		return
 	}
-	attrs = append(attrs, c.remoteAttr(), slog.String("event", netpollEvents[kind]), slog.Int("count", n))
-	c.cfg.logger().LogAttrs(context.Background(), slog.LevelWarn, msg, attrs...)
+	c.cfg.logger().LogAttrs(context.Background(), slog.LevelWarn, ev.msg,
+		attr, c.remoteAttr(), slog.String("event", ev.name), slog.Int("count", n))
 }
 
 // noteFallback reports that c stays in goroutine mode despite
 // Options.Netpoll: kind is netpollFallbackFD (err is why) or
 // netpollFallbackType.
 func (c *Conn) noteFallback(kind int, err error) {
+	attr := slog.Any("err", err)
 	if kind == netpollFallbackType {
-		c.noteNetpoll(kind, "gust: netpoll: connections that are not plain TCP or Unix sockets (TLS, HTTP/2, a wrapper) stay in goroutine mode",
-			slog.String("type", fmt.Sprintf("%T", c.conn)))
-		return
+		attr = slog.String("type", fmt.Sprintf("%T", c.conn))
 	}
-	c.noteNetpoll(kind, "gust: netpoll: connections stay in goroutine mode for life: their descriptor could not be duplicated or added to an event loop (descriptor limit?)",
-		slog.Any("err", err))
+	c.noteNetpoll(kind, attr)
 }
 
 // noteLoopHeld reports that serving c held its event loop for d, past
 // netpoll.HeldThreshold.
 func (c *Conn) noteLoopHeld(d time.Duration) {
-	c.noteNetpoll(netpollBlocked, "gust: netpoll: serving a connection held its event loop, and every connection of the loop waited: a callback that blocks?",
-		slog.Duration("held", d))
+	c.noteNetpoll(netpollBlocked, slog.Duration("held", d))
 }
 
 // The close causes Metrics.Closed and the Debug log records report.

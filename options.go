@@ -16,11 +16,10 @@ import (
 // only dialing needs on DialOptions. The zero value is valid: each field
 // states the default it stands for.
 type Options struct {
-	// ReadBufferSize is the size of the buffer a connection reads into while
-	// bytes are arriving. Default 64 KiB. Memory: taken from a shared pool
-	// while reading; an idle connection holds none, except one that cannot
-	// wait without it (TLS, HTTP/2 streams, other net.Conn types), which
-	// keeps one of at most 8 KiB.
+	// ReadBufferSize is the size of the buffer a connection reads into.
+	// Default 64 KiB. Memory: taken from a shared pool while bytes arrive;
+	// an idle connection holds none, except one that cannot wait without it
+	// (TLS, HTTP/2 streams, other net.Conn types): at most 8 KiB.
 	ReadBufferSize int
 
 	// WriteBufferSize is the size past which corked writes are flushed
@@ -37,23 +36,18 @@ type Options struct {
 	MaxMessageSize int64
 
 	// MessageTimeout bounds how long a message may take to arrive, from the
-	// first time gust waits for the rest of it to its last byte; a slower
-	// one (a large frame sent a byte at a time, say) fails the connection
-	// with 1008 (policy violation), and OnClose's error wraps
-	// os.ErrDeadlineExceeded. So does a message in more than 1,024 empty
-	// frames. Default 90s, in which the default MaxMessageSize arrives at
-	// 190 KB/s: raise both for slow links. Negative turns the bound off.
+	// first wait for its rest; a slower one (or one in more than 1,024 empty
+	// frames) fails the connection with 1008, and OnClose's error wraps
+	// os.ErrDeadlineExceeded. Default 90s, in which 16 MiB arrive at
+	// 190 KB/s: raise it with MaxMessageSize. Negative turns it off.
 	MessageTimeout time.Duration
 
-	// StreamThreshold, when positive, hands a message larger than
-	// StreamThreshold bytes (on the wire, or inflated) to OnMessage as a
-	// stream (Message.Streamed), as soon as it outgrows the threshold or its
-	// first frame announces more. The handler reads it with Message.Read
-	// until OnMessage returns (see there); MaxMessageSize and the UTF-8
-	// check apply as it goes. Default 0: every message whole, in Data.
-	// Memory: a streamed message holds at most StreamThreshold bytes besides
-	// the read buffer (and, compressed, an inflater of about 40 KiB and its
-	// window), whatever its size.
+	// StreamThreshold, when positive, hands a message larger than this many
+	// bytes (on the wire, or inflated) to OnMessage as a stream, read with
+	// Message.Read, as soon as it outgrows it or a frame announces more.
+	// Default 0: every message whole, in Data. Memory: a streamed message
+	// holds at most StreamThreshold bytes besides the read buffer (and,
+	// compressed, an inflater of about 40 KiB), whatever its size.
 	StreamThreshold int
 
 	// SkipUTF8Validation turns off the UTF-8 check of text messages and
@@ -75,10 +69,9 @@ type Options struct {
 	OutboxSize int
 
 	// OutboxPolicy says what happens to a message queued on a full outbox:
-	// refused with ErrQueueFull (OutboxReject, the default, also for values
-	// other than the four constants), the oldest or the new one dropped, or
-	// the connection closed with 1008 as a slow consumer (OutboxCloseSlow;
-	// a peer that does not read within CloseTimeout is cut without it).
+	// refused with ErrQueueFull (OutboxReject, the default, also for unknown
+	// values), the oldest or the new one dropped, or the connection closed
+	// with 1008 as a slow consumer (OutboxCloseSlow).
 	OutboxPolicy OutboxPolicy
 
 	// CloseTimeout bounds the wait for the peer's answer to a close frame
@@ -87,25 +80,20 @@ type Options struct {
 	// [Conn.ReadLoop].
 	CloseTimeout time.Duration
 
-	// WriteTimeout bounds how long any write to the socket (messages, corked
-	// batches, the outbox's, pings, close frames) may make no progress; then
-	// the connection ends, and OnClose's error wraps os.ErrDeadlineExceeded.
-	// Each piece of a large message gets the full timeout; a deadline set
-	// with SetWriteDeadline or SetDeadline applies as well. Default 10s;
-	// negative turns the bound off, and a peer that never reads then holds
-	// its connection for as long as it stays connected.
+	// WriteTimeout bounds how long any write to the socket may make no
+	// progress; then the connection ends, and OnClose's error wraps
+	// os.ErrDeadlineExceeded. A deadline from SetWriteDeadline applies as
+	// well. Default 10s; negative turns it off, and a peer that never reads
+	// then holds its connection as long as it stays connected.
 	WriteTimeout time.Duration
 
-	// PingInterval turns heartbeats on: a connection on which no frame of
-	// any kind has arrived for PingInterval is sent an empty ping, and cut
-	// without a close frame (as CloseNow) if nothing has arrived PingTimeout
-	// later: within PingInterval + PingTimeout of its last frame, give or
-	// take a quarter of the shorter. Time in a callback, or after a close
-	// frame was sent, never counts as silence. OnClose's error then says
-	// "no frame from the peer for ..." and wraps os.ErrDeadlineExceeded;
-	// the pong reaches OnPong like any other. Default 0: off. Cost: timers
-	// shared by all connections (one goroutine per distinct setting while
-	// in use), 48 bytes per connection, two atomic stores per read.
+	// PingInterval turns heartbeats on: a connection on which no frame has
+	// arrived for PingInterval is sent an empty ping, and cut without a
+	// close frame if nothing arrives within PingTimeout (give or take a
+	// quarter of the shorter); OnClose's error then wraps
+	// os.ErrDeadlineExceeded. Time in a callback never counts as silence.
+	// Default 0: off. Cost: timers shared by all connections, 48 bytes per
+	// connection, two atomic stores per read.
 	PingInterval time.Duration
 
 	// PingTimeout is how long a connection sent a heartbeat ping may stay
@@ -128,17 +116,13 @@ type Options struct {
 	// [Metrics]), synchronously. Default nil: off, one nil check per event.
 	Metrics Metrics
 
-	// Netpoll turns on netpoll mode (Linux; ignored elsewhere): a connection
-	// with nothing to read holds no goroutine and no buffer, only its Conn
-	// and its socket (about 0.4 KiB), parked on one of gust's event loops,
-	// which reads, parses and calls the callbacks when bytes arrive.
-	// ReadLoop returns as soon as the connection is first idle, so what must
-	// follow the connection goes in OnClose (see [Conn.ReadLoop]), and the
-	// callbacks, run on a loop shared with other connections, must not block
-	// (Ping fails there at once). TLS, HTTP/2 streams, wrapped conns and a
-	// connection whose descriptor cannot be duplicated stay in goroutine
-	// mode ([Conn.Netpoll] tells). Default false. README's "Netpoll mode"
-	// says when to choose it.
+	// Netpoll turns on netpoll mode (Linux; ignored elsewhere): an idle
+	// connection holds no goroutine and no buffer (about 0.4 KiB in all),
+	// parked on one of gust's event loops. ReadLoop returns at its first
+	// idle moment, so its end belongs in OnClose (see [Conn.ReadLoop]), and
+	// the callbacks run on a shared loop, so they must not block. TLS,
+	// HTTP/2 streams and wrapped conns stay in goroutine mode
+	// ([Conn.Netpoll] tells). Default false. See README's "Netpoll mode".
 	Netpoll bool
 
 	// Compression configures permessage-deflate (RFC 7692). Default: off.

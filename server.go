@@ -69,14 +69,6 @@ func (s *Server) config() *config {
 	return s.serverCfg
 }
 
-// initLocked makes the Server's maps; the caller holds mu.
-func (s *Server) initLocked() {
-	if s.listeners == nil {
-		s.listeners = make(map[net.Listener]struct{})
-		s.pending = make(map[net.Conn]struct{})
-	}
-}
-
 // ListenAndServe listens on the TCP address addr and calls Serve.
 func (s *Server) ListenAndServe(addr string) error {
 	if s.Upgrader.track.closing.Load() {
@@ -125,7 +117,10 @@ func (s *Server) Serve(ln net.Listener) error {
 		ln.Close()
 		return ErrServerClosed
 	}
-	s.initLocked()
+	if s.listeners == nil {
+		s.listeners = make(map[net.Listener]struct{})
+		s.pending = make(map[net.Conn]struct{})
+	}
 	s.listeners[ln] = struct{}{}
 	s.mu.Unlock()
 	defer func() {
