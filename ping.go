@@ -57,21 +57,15 @@ type pingWaiters struct {
 }
 
 // Ping sends a ping, waits for the pong that answers it and returns the
-// round-trip time (a ping corked behind other writes waits with them). Its
-// payload is an 8-byte counter, so several Pings may wait at once, from any
-// goroutines, each for its own pong; every pong still reaches OnPong.
-//
-// Ping returns ctx's error when ctx ends first (a peer that never answers
-// leaves it waiting until then), and net.ErrClosed when the connection has
-// ended or ends meanwhile. Called from a goroutine that reads a connection
-// and runs its callbacks (OnOpen, OnPing, OnPong, OnMessage unless
-// Options.Parallel is set, or an event loop in netpoll mode), it could
-// never see its pong and returns an error at once, without sending: call
-// it from another goroutine, or use WritePing and OnPong.
-//
-// Cost: each Ping allocates a channel and a map entry (the first, the map)
-// and walks its goroutine's stack, about a microsecond, to refuse the calls
-// above.
+// round-trip time. Its payload is an 8-byte counter, so several Pings may
+// wait at once, from any goroutines, each for its own pong; every pong
+// still reaches OnPong. Ping returns ctx's error when ctx ends first (give
+// it a deadline: a peer may never answer), and net.ErrClosed when the
+// connection ends. From a goroutine that runs a connection's callbacks
+// (unless in OnMessage with Options.Parallel set) it could never see its
+// pong, and returns an error at once without sending: call it from another
+// goroutine, or use WritePing and OnPong. Cost: a channel and a map entry
+// per Ping, and a walk of its goroutine's stack (about a microsecond).
 func (c *Conn) Ping(ctx context.Context) (time.Duration, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -116,9 +110,7 @@ func (pw *pingWaiters) add(ch chan<- time.Time) (id uint64, ok bool) {
 	}
 	if pw.wait == nil {
 		pw.wait = make(map[uint64]chan<- time.Time)
-		// Start anywhere, so that a peer's unsolicited pongs are unlikely
-		// to carry a payload a Ping waits for.
-		pw.next = rand.Uint64()
+		pw.next = rand.Uint64() // so that unsolicited pongs are unlikely to match
 	}
 	id = pw.next
 	pw.next++
