@@ -163,7 +163,12 @@ func (c *Conn) ReadLoop() {
 	// latter still runs once it opens.
 	if c.conn == nil || !c.started.CompareAndSwap(false, true) {
 		if c.cfg != nil && (c.conn == nil || !c.closing.has(netClosed)) {
-			c.readLoopMisused()
+			// A mistake while the connection lives: logged.
+			msg := "gust: ReadLoop called while it runs: it runs once per Conn, and this call returned at once"
+			if c.conn == nil {
+				msg = "gust: ReadLoop called before the connection is open (from Upgrader.OnRequest?): this call returned at once"
+			}
+			c.cfg.logger().LogAttrs(context.Background(), slog.LevelWarn, msg, c.remoteAttr())
 		}
 		return
 	}
@@ -171,15 +176,6 @@ func (c *Conn) ReadLoop() {
 	c.opened()
 	c.startHeartbeat()
 	c.serve(true)
-}
-
-// readLoopMisused logs a call of ReadLoop that returns at once.
-func (c *Conn) readLoopMisused() {
-	msg := "gust: ReadLoop called while it runs: it runs once per Conn, and this call returned at once"
-	if c.conn == nil {
-		msg = "gust: ReadLoop called before the connection is open (from Upgrader.OnRequest?): this call returned at once"
-	}
-	c.cfg.logger().LogAttrs(context.Background(), slog.LevelWarn, msg, c.remoteAttr())
 }
 
 // opened reports the start of the connection to Options.Metrics; it is

@@ -69,7 +69,14 @@ func (c *Conn) stopHeartbeat() {
 
 // Fire sends the connection a ping, which Check found due: on the wheel's
 // goroutine, after the tick's checks.
-func (hb *heartbeat) Fire() { hb.c.sendHeartbeatPing() }
+func (hb *heartbeat) Fire() {
+	// The wheel's goroutine must never wait for a peer: the ping is written
+	// at once when the connection is idle (the usual case), else queued in
+	// its outbox.
+	if !hb.tryPingNow() {
+		hb.queuePing()
+	}
+}
 
 // Check checks its connection at tick t, on the wheel's goroutine under its
 // lock: one silent for PingInterval is due a ping (fire), one still silent
@@ -107,19 +114,11 @@ func (hb *heartbeat) Check(t uint64) (due uint64, fire bool) {
 	}
 }
 
-// sendHeartbeatPing sends c an empty ping from the wheel's goroutine, which
-// must never wait for a peer: written at once when c is idle (the usual
-// case), else queued in c's outbox.
-func (c *Conn) sendHeartbeatPing() {
-	if !c.tryPingNow() {
-		c.queuePing()
-	}
-}
-
 // tryPingNow writes an empty ping if that cannot wait, and reports whether
 // it did. What the socket did not take stays corked, flushed by the ping
 // then queued behind it (a second ping, harmless).
-func (c *Conn) tryPingNow() bool {
+func (hb *heartbeat) tryPingNow() bool {
+	c := hb.c
 	w := &c.wr
 	if !c.direct() || !w.mu.TryLock() {
 		return false
@@ -149,11 +148,12 @@ func (c *Conn) tryPingNow() bool {
 	return true
 }
 
-// queuePing queues an empty ping in c's outbox, whatever its size and
+// queuePing queues an empty ping in the connection's outbox, whatever its size and
 // policy (at most one is queued: the next comes after a frame arrived).
 // An open NextWriter's next fragment takes it along too, since the outbox's
 // writer may be waiting for that message to end.
-func (c *Conn) queuePing() {
+func (hb *heartbeat) queuePing() {
+	c := hb.c
 	if c.wr.writerOpen.Load() {
 		c.wr.pingDue.Store(true)
 	}

@@ -271,14 +271,14 @@ func TestHeartbeatPingNeverWaits(t *testing.T) {
 	rc := dialRaw(t, addr, nil)
 	c := srv.waitOpen(t)
 
-	require.True(t, c.tryPingNow(), "an idle connection is pinged at once")
+	require.True(t, (&heartbeat{c: c}).tryPingNow(), "an idle connection is pinged at once")
 	b0, payload, err := rc.readFrame()
 	require.NoError(t, err)
 	require.Equal(t, byte(0x80|opPing), b0)
 	require.Empty(t, payload)
 
 	c.wr.mu.Lock()
-	require.False(t, c.tryPingNow(), "the write lock is busy")
+	require.False(t, (&heartbeat{c: c}).tryPingNow(), "the write lock is busy")
 	c.wr.mu.Unlock()
 
 	// Fill the socket: write past the peer, which does not read, until
@@ -305,7 +305,7 @@ func TestHeartbeatPingNeverWaits(t *testing.T) {
 	for attempt := 0; attempt < 20 && !declined; attempt++ {
 		fill()
 		start := time.Now()
-		declined = !c.tryPingNow()
+		declined = !(&heartbeat{c: c}).tryPingNow()
 		require.Less(t, time.Since(start), time.Second, "tryPingNow waited for the peer")
 		if declined && c.wr.buf != nil {
 			// Room for one byte of the two appeared: the other is corked

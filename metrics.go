@@ -3,7 +3,6 @@ package gust
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
@@ -143,23 +142,6 @@ func (c *Conn) noteNetpoll(kind int, attr slog.Attr) {
 		attr, c.remoteAttr(), slog.String("event", ev.name), slog.Int("count", n))
 }
 
-// noteFallback reports that c stays in goroutine mode despite
-// Options.Netpoll: kind is netpollFallbackFD (err is why) or
-// netpollFallbackType.
-func (c *Conn) noteFallback(kind int, err error) {
-	attr := slog.Any("err", err)
-	if kind == netpollFallbackType {
-		attr = slog.String("type", fmt.Sprintf("%T", c.conn))
-	}
-	c.noteNetpoll(kind, attr)
-}
-
-// noteLoopHeld reports that serving c held its event loop for d, past
-// netpoll.HeldThreshold.
-func (c *Conn) noteLoopHeld(d time.Duration) {
-	c.noteNetpoll(netpollBlocked, slog.Duration("held", d))
-}
-
 // The close causes Metrics.Closed and the Debug log records report.
 const (
 	causePanic    = "panic"
@@ -174,8 +156,9 @@ const (
 )
 
 // closeCause returns the close code and cause (see Metrics) of err, the
-// error OnClose receives; sent is the code gust sent, 0 for none.
-func (c *Conn) closeCause(err error, sent StatusCode) (StatusCode, string) {
+// error OnClose receives; sent is the code gust sent, 0 for none, and
+// shuttingDown tells whether its server is shutting down.
+func closeCause(err error, sent StatusCode, shuttingDown bool) (StatusCode, string) {
 	var ce *CloseError
 	var pe *ProtocolError
 	var pa *PanicError
@@ -203,7 +186,7 @@ func (c *Conn) closeCause(err error, sent StatusCode) (StatusCode, string) {
 	case isClose && ce.ByPeer:
 		return code, causePeer
 	case errors.Is(err, ErrServerClosed),
-		sent == StatusGoingAway && c.tracker != nil && c.tracker.closing.Load():
+		sent == StatusGoingAway && shuttingDown:
 		return code, causeShutdown
 	case isClose, errors.Is(err, errClosedNow):
 		return code, causeLocal
@@ -222,7 +205,7 @@ func (c *Conn) reportClose(err error, sent StatusCode) {
 	if m == nil && !debug {
 		return
 	}
-	code, cause := c.closeCause(err, sent)
+	code, cause := closeCause(err, sent, c.tracker != nil && c.tracker.closing.Load())
 	if m != nil {
 		m.Closed(c, code, cause)
 	}

@@ -2,7 +2,9 @@ package gust
 
 import (
 	"errors"
+	"fmt"
 	"io"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -49,44 +51,60 @@ func (lc *loopConn) Readable() {
 // message's bound).
 func (lc *loopConn) Wake() { (*Conn)(lc).wake() }
 
-func (lc *loopConn) Held(d time.Duration) { (*Conn)(lc).noteLoopHeld(d) }
+// Held reports that serving c held its event loop for d, past
+// netpoll.HeldThreshold.
+func (lc *loopConn) Held(d time.Duration) {
+	(*Conn)(lc).noteNetpoll(netpollBlocked, slog.Duration("held", d))
+}
 
-// adoptSocket gives c a socket of gust's own in place of its *net.TCPConn
+// adopt gives c a socket of gust's own in place of its *net.TCPConn
 // or *net.UnixConn, registered with an event loop: netpoll mode.
 // Any other connection (TLS, an HTTP/2 stream, a wrapper) stays in
 // goroutine mode, and so does one whose descriptor cannot be duplicated or
 // registered (at the descriptor limit, EMFILE), for its whole life: its
 // net.Conn is in use from then on by any goroutine (writes, deadlines,
 // NetConn's callers), and swapping it later would race with them. Either
-// fallback is reported (noteFallback), and adoptSocket returns nil.
-func (c *Conn) adoptSocket() *loopConn {
+// fallback is reported, and adopt returns false.
+func (lc *loopConn) adopt() bool {
+	c := (*Conn)(lc)
 	if h := dupHook.Load(); h != nil {
 		if err := (*h)(c); err != nil {
-			c.noteFallback(netpollFallbackFD, err)
-			return nil
+			lc.fallback(netpollFallbackFD, err)
+			return false
 		}
 	}
 	s, err := netpoll.Adopt(c.conn)
 	switch {
 	case errors.Is(err, netpoll.ErrNotSocket):
-		c.noteFallback(netpollFallbackType, nil)
-		return nil
+		lc.fallback(netpollFallbackType, nil)
+		return false
 	case errors.Is(err, errors.ErrUnsupported):
-		return nil // no event loops here (not Linux): goroutine mode, as documented
+		return false // no event loops here (not Linux): goroutine mode, as documented
 	case err != nil:
-		c.noteFallback(netpollFallbackFD, err)
-		return nil
+		lc.fallback(netpollFallbackFD, err)
+		return false
 	}
 	orig := c.conn
 	c.conn = s
 	if err := s.Register((*loopConn)(c)); err != nil {
 		s.Close()
 		c.conn = orig
-		c.noteFallback(netpollFallbackFD, err)
-		return nil
+		lc.fallback(netpollFallbackFD, err)
+		return false
 	}
 	orig.Close()
-	return (*loopConn)(c)
+	return true
+}
+
+// fallback reports that c stays in goroutine mode despite
+// Options.Netpoll: kind is netpollFallbackFD (err is why) or
+// netpollFallbackType.
+func (lc *loopConn) fallback(kind int, err error) {
+	attr := slog.Any("err", err)
+	if kind == netpollFallbackType {
+		attr = slog.String("type", fmt.Sprintf("%T", lc.conn))
+	}
+	(*Conn)(lc).noteNetpoll(kind, attr)
 }
 
 // dupHook is nil but in tests (export_linux_test.go): it is called before a
@@ -99,10 +117,11 @@ var dupHook atomic.Pointer[func(c *Conn) error]
 // read deadline passed, or it could not be registered (its socket is
 // closed, which the next read reports). Otherwise the calling goroutine must
 // not touch c again.
-func (c *Conn) park() bool {
+func (lc *loopConn) park() bool {
+	c := (*Conn)(lc)
 	s := c.sock()
 	c.rd.shrink()
-	if left, ok := c.messageLeft(); ok && !c.rd.armed {
+	if left, ok := c.rd.messageLeft(c.cfg.MessageTimeout); ok && !c.rd.armed {
 		// The message in progress has its bound (Options.MessageTimeout):
 		// wake c then. Left in place once the message ends, a wake-up for
 		// an earlier message finds nothing overdue and parks c again.
@@ -131,7 +150,8 @@ var parkHook atomic.Pointer[func(c *Conn, holdsRead bool)]
 
 // resume serves a parked connection again, on a goroutine the event loop
 // (or whatever woke it) started for it.
-func (c *Conn) resume() {
+func (lc *loopConn) resume() {
+	c := (*Conn)(lc)
 	c.sock().Resumed()
 	c.takeRead()
 	c.rd.armed = false // the wake-up may have been the message's bound: the next park sets it again
@@ -142,7 +162,7 @@ func (c *Conn) resume() {
 // wake resumes c if it is parked, on a goroutine of its own.
 func (c *Conn) wake() {
 	if s := c.sock(); s != nil && s.Unpark() {
-		go c.resume()
+		go (*loopConn)(c).resume()
 	}
 }
 
@@ -179,7 +199,7 @@ func (lc *loopConn) direct() bool { return true }
 func (lc *loopConn) read(dst []byte, try bool) (buf *[]byte, n int, again bool, err error) {
 	c := (*Conn)(lc)
 	if dst == nil {
-		buf = bufpool.Get(c.idleReadSize())
+		buf = bufpool.Get(c.cfg.idleReadSize())
 		dst = *buf
 	}
 	s := c.sock()
@@ -200,9 +220,9 @@ func (lc *loopConn) read(dst []byte, try bool) (buf *[]byte, n int, again bool, 
 func (lc *loopConn) write(p []byte, try bool) (int, error) {
 	c := (*Conn)(lc)
 	s := c.sock()
-	n, armed, err := s.WriteSome(p, try, c.armWriteTimeout)
+	n, armed, err := s.WriteSome(p, try, func() bool { return c.wr.armTimeout(s, c.cfg.WriteTimeout) })
 	if armed {
-		s.SetWriteDeadline(c.userWriteDeadline())
+		s.SetWriteDeadline(c.wr.deadline())
 	}
 	if err != nil {
 		return n, s.OpError("write", err)

@@ -207,7 +207,7 @@ func (c *Conn) serve(open bool) {
 		open = false
 		switch y {
 		case park:
-			if c.park() {
+			if (*loopConn)(c).park() {
 				// Bytes came meanwhile, the socket was closed or the read
 				// deadline passed: serve on, with a read that finds out.
 				c.rd.drained = false
@@ -384,7 +384,7 @@ func (c *Conn) control(h *frameHeader) error {
 	// Unmasked in place: the bytes are consumed, and stay put until the
 	// next read from the socket, after the callback.
 	p := (*rd.buf)[rd.r : rd.r+int(h.length)]
-	c.unmask(p, p, h.key, 0)
+	unmask(c.server, p, p, h.key, 0)
 	rd.r += len(p)
 	switch h.op {
 	case opPing:
@@ -400,8 +400,8 @@ func (c *Conn) control(h *frameHeader) error {
 
 // unmask copies src to dst, unmasking on the server side; it returns the
 // next key position.
-func (c *Conn) unmask(dst, src []byte, key [4]byte, pos int) int {
-	if c.server {
+func unmask(server bool, dst, src []byte, key [4]byte, pos int) int {
+	if server {
 		return mask.ApplyCopy(dst, src, key, pos)
 	}
 	copy(dst, src)
@@ -456,7 +456,7 @@ func (c *Conn) beginData(h *frameHeader) error {
 	if err := rd.countEmpty(h); err != nil {
 		return err
 	}
-	if h.length > c.maxMessageSize()-int64(rd.n) { // not rd.n+length: that can wrap
+	if h.length > c.cfg.maxMessageSize()-int64(rd.n) { // not rd.n+length: that can wrap
 		return protocolError(StatusMessageTooBig, "message over the size limit")
 	}
 	threshold := c.cfg.StreamThreshold
@@ -495,7 +495,7 @@ func (c *Conn) parsePayload(h *frameHeader) (want, error) {
 				rd.pos = uint8(pos)
 				return wantBytes, nil
 			}
-			rd.growMessage(fin, end, c.maxMessageSize(), c.cfg.StreamThreshold)
+			rd.growMessage(fin, end, c.cfg.maxMessageSize(), c.cfg.StreamThreshold)
 		}
 		dst := (*rd.msg)[rd.n:min(end, len(*rd.msg))]
 		if avail == 0 {
@@ -506,7 +506,7 @@ func (c *Conn) parsePayload(h *frameHeader) (want, error) {
 			return wantBytes, nil
 		}
 		dst = dst[:min(avail, len(dst))]
-		pos = c.unmask(dst, (*rd.buf)[rd.r:rd.r+len(dst)], key, pos)
+		pos = unmask(c.server, dst, (*rd.buf)[rd.r:rd.r+len(dst)], key, pos)
 		rd.r += len(dst)
 		rd.n += len(dst)
 		if checkText && !rd.utf8.Feed(dst) {
@@ -535,7 +535,7 @@ func (c *Conn) endMessage(key [4]byte) (want, error) {
 		}
 		if err := c.inflateMessage(); err != nil {
 			threshold := c.cfg.StreamThreshold
-			if threshold > 0 && isTooBig(err) && int64(threshold) < c.maxMessageSize() {
+			if threshold > 0 && isTooBig(err) && int64(threshold) < c.cfg.maxMessageSize() {
 				// Small on the wire, past the threshold once inflated:
 				// stream it from the compressed bytes it has.
 				rd.utf8.Reset()
@@ -573,7 +573,7 @@ func (c *Conn) inflateMessage() error {
 	if rd.op == OpText && !c.cfg.SkipUTF8Validation {
 		v = &rd.utf8
 	}
-	limit := c.maxMessageSize()
+	limit := c.cfg.maxMessageSize()
 	if t := int64(c.cfg.StreamThreshold); t > 0 && t < limit {
 		limit = t // past it, the message is streamed instead
 	}
@@ -618,8 +618,8 @@ func (c *Conn) dispatch(m *Message) {
 }
 
 // maxMessageSize is Options.MaxMessageSize, math.MaxInt for no limit.
-func (c *Conn) maxMessageSize() int64 {
-	limit := c.cfg.MaxMessageSize
+func (cfg *config) maxMessageSize() int64 {
+	limit := cfg.MaxMessageSize
 	if limit < 0 || limit > math.MaxInt {
 		limit = math.MaxInt
 	}
@@ -731,7 +731,7 @@ func (c *Conn) readSome(dst []byte) (int, yield, error) {
 		size := len(dst)
 		if dst == nil {
 			rd.buf, rd.r, rd.w = buf, 0, n
-			size = c.idleReadSize()
+			size = c.cfg.idleReadSize()
 		}
 		if rd.loop {
 			rd.addWork(n)
@@ -847,12 +847,11 @@ func clockMS() uint32 {
 	return 1
 }
 
-// messageLeft returns how long the message in progress may still take
-// (Options.MessageTimeout), counted from the first time it waited for
-// bytes, which it records; ok is false when no bound applies.
-func (c *Conn) messageLeft() (left time.Duration, ok bool) {
-	rd := c.rd
-	t := c.cfg.MessageTimeout.Truncate(time.Millisecond)
+// messageLeft returns how long the message in progress may still take of
+// its bound (Options.MessageTimeout), counted from the first time it waited
+// for bytes, which it records; ok is false when no bound applies.
+func (rd *readState) messageLeft(bound time.Duration) (left time.Duration, ok bool) {
+	t := bound.Truncate(time.Millisecond)
 	if t <= 0 || !rd.inMessage() {
 		return 0, false
 	}
@@ -865,13 +864,14 @@ func (c *Conn) messageLeft() (left time.Duration, ok bool) {
 
 // boundMessage is called before a read, which may wait: in the middle of
 // a frame or a message it fails the connection once the message has taken
-// Options.MessageTimeout, and otherwise bounds the wait to come. In goroutine mode the socket's read deadline does; a connection
-// parked in netpoll mode is woken instead (park). The bound is left in
+// Options.MessageTimeout, and otherwise bounds the wait to come. In
+// goroutine mode the socket's read deadline does; a connection parked in
+// netpoll mode is woken instead (park). The bound is left in
 // place when the message ends, so that messages which keep coming do not
 // set it at each read: one that fires for an earlier message is set again
 // (overdue).
 func (c *Conn) boundMessage() error {
-	left, ok := c.messageLeft()
+	left, ok := c.rd.messageLeft(c.cfg.MessageTimeout)
 	switch {
 	case !ok:
 		return nil
@@ -900,7 +900,7 @@ func (c *Conn) overdue(err error) error {
 	if !rd.armed || !errors.Is(err, os.ErrDeadlineExceeded) || c.sock() != nil {
 		return err
 	}
-	if left, ok := c.messageLeft(); ok && left <= 0 {
+	if left, ok := c.rd.messageLeft(c.cfg.MessageTimeout); ok && left <= 0 {
 		return messageTimeout(c.cfg.MessageTimeout)
 	}
 	u := rd.readDL.Load()

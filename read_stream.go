@@ -144,7 +144,7 @@ func (s *msgStream) read(p []byte) (int, error) {
 	}
 	if n > 0 {
 		s.out += int64(n)
-		if s.out > s.c.maxMessageSize() {
+		if s.out > s.c.cfg.maxMessageSize() {
 			s.err = protocolError(StatusMessageTooBig, "message over the size limit once inflated")
 			return 0, s.err
 		}
@@ -247,7 +247,7 @@ func (s *msgStream) readRaw(p []byte) (int, error) {
 			}
 		}
 		p = p[:min(len(p), rd.w-rd.r)]
-		s.pos = c.unmask(p, (*rd.buf)[rd.r:rd.r+len(p)], s.key, s.pos)
+		s.pos = unmask(c.server, p, (*rd.buf)[rd.r:rd.r+len(p)], s.key, s.pos)
 		rd.r += len(p)
 	}
 	s.remaining -= int64(len(p))
@@ -297,7 +297,7 @@ func (s *msgStream) nextFrame() error {
 	if err := c.rd.countEmpty(h); err != nil {
 		return err
 	}
-	if h.length > c.maxMessageSize()-s.wire {
+	if h.length > c.cfg.maxMessageSize()-s.wire {
 		return protocolError(StatusMessageTooBig, "message over the size limit")
 	}
 	s.wire += h.length

@@ -1,6 +1,7 @@
 package gust
 
 import (
+	"net"
 	"time"
 
 	"github.com/gustws/gust/internal/bufpool"
@@ -36,7 +37,7 @@ type transport interface {
 // chooseTransport returns c's transport for its net.Conn.
 func (c *Conn) chooseTransport() transport {
 	if c.cfg.Netpoll {
-		if lc := c.adoptSocket(); lc != nil {
+		if lc := (*loopConn)(c); lc.adopt() {
 			return lc
 		}
 	}
@@ -52,7 +53,7 @@ func (c *Conn) direct() bool { return c.tr != nil && c.tr.direct() }
 
 // idleReadSize is the size of the pooled buffer a read into no buffer
 // takes.
-func (c *Conn) idleReadSize() int { return max(c.cfg.ReadBufferSize, minReadBufferSize) }
+func (cfg *config) idleReadSize() int { return max(cfg.ReadBufferSize, minReadBufferSize) }
 
 // netConnTransport is the transport of a connection gust cannot reach the
 // descriptor of (TLS, HTTP/2 streams, wrappers): its net.Conn's Read and
@@ -63,7 +64,7 @@ func (t *netConnTransport) read(p []byte, try bool) (*[]byte, int, bool, error) 
 	c := (*Conn)(t)
 	var buf *[]byte
 	if p == nil {
-		buf = bufpool.Get(c.idleReadSize())
+		buf = bufpool.Get(c.cfg.idleReadSize())
 		p = *buf
 	}
 	n, err := c.conn.Read(p)
@@ -98,27 +99,26 @@ func (t *netConnTransport) write(p []byte, try bool) (int, error) {
 
 func (t *netConnTransport) direct() bool { return false }
 
-// armWriteTimeout sets the socket's write deadline before a direct write
-// waits: WriteTimeout from now, or SetWriteDeadline's deadline when it
-// comes sooner. It reports false when there is no write timeout (a
-// deadline set with SetWriteDeadline is on the socket already).
-func (c *Conn) armWriteTimeout() bool {
-	d := c.cfg.WriteTimeout
+// armTimeout sets nc's write deadline before a direct write waits: d
+// (WriteTimeout) from now, or SetWriteDeadline's deadline when it comes
+// sooner. It reports false when there is no write timeout (a deadline set
+// with SetWriteDeadline is on the socket already).
+func (w *writeState) armTimeout(nc net.Conn, d time.Duration) bool {
 	if d <= 0 {
 		return false
 	}
 	dl := time.Now().Add(d)
-	if u := c.wr.userDeadline.Load(); u != 0 && u < dl.UnixNano() {
+	if u := w.userDeadline.Load(); u != 0 && u < dl.UnixNano() {
 		dl = time.Unix(0, u)
 	}
-	c.conn.SetWriteDeadline(dl)
+	nc.SetWriteDeadline(dl)
 	return true
 }
 
-// userWriteDeadline is SetWriteDeadline's deadline, which the socket gets
-// back once a write that armed the write timeout is done.
-func (c *Conn) userWriteDeadline() time.Time {
-	if u := c.wr.userDeadline.Load(); u != 0 {
+// deadline is SetWriteDeadline's deadline, which the socket gets back once
+// a write that armed the write timeout is done.
+func (w *writeState) deadline() time.Time {
+	if u := w.userDeadline.Load(); u != 0 {
 		return time.Unix(0, u)
 	}
 	return time.Time{}

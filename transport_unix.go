@@ -80,7 +80,7 @@ func (t *rawTransport) read(dst []byte, try bool) (*[]byte, int, bool, error) {
 func (t *rawTransport) onRead(fd uintptr) bool {
 	dst, buf := t.dst, (*[]byte)(nil)
 	if dst == nil {
-		buf = bufpool.Get(t.c.idleReadSize())
+		buf = bufpool.Get(t.c.cfg.idleReadSize())
 		dst = *buf
 	}
 	n, again, err := netpoll.ReadFD(int(fd), dst)
@@ -104,7 +104,7 @@ func (t *rawTransport) write(p []byte, try bool) (int, error) {
 	err := t.raw.Write(t.writeFn)
 	if t.armed {
 		t.armed = false
-		c.conn.SetWriteDeadline(c.userWriteDeadline())
+		c.conn.SetWriteDeadline(c.wr.deadline())
 	}
 	n := len(p) - len(t.p)
 	t.p = nil
@@ -127,7 +127,7 @@ func (t *rawTransport) onWrite(fd uintptr) bool {
 	case err != nil:
 		t.werr = err
 	case again && !t.wtry:
-		t.armed = t.c.armWriteTimeout()
+		t.armed = t.c.wr.armTimeout(t.c.conn, t.c.cfg.WriteTimeout)
 		return false
 	}
 	return true
