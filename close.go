@@ -12,18 +12,13 @@ import (
 	"unicode/utf8"
 )
 
-// The closing handshake: the close state, Close and CloseNow, gust's close
-// frame and the peer's, failing a connection and lingering for the peer, and
-// finishing it.
+// The closing handshake, from Close and CloseNow to finish and OnClose.
 
-// closeState is how far a connection has got in ending, and why: the steps
-// below, each taken once and never undone (but for a pending Conn's
-// opening), and the code of the close frame gust sent, in one word changed
-// atomically; and the reason recorded for OnClose when something outside
-// the read loop ends the connection. Any goroutine may read it; the steps
-// the write path checks (closeWriting, closeSent, closeEnded) are taken
-// under the write lock, so that a write holding it sees none taken
-// meanwhile.
+// closeState is how far a connection has got in ending: the steps below,
+// taken once and never undone (but for a pending Conn's opening), and the
+// code of gust's close frame, in one atomic word; and the reason recorded
+// for OnClose when something outside the read loop ends it. The steps the
+// write path checks are taken under the write lock.
 type closeState struct {
 	why atomic.Pointer[error] // the first reason recorded
 	v   atomic.Uint32
@@ -189,14 +184,11 @@ func (c *Conn) readClose(p []byte) error {
 	return ce
 }
 
-// end ends the connection for err. A protocol violation or a panic is
-// answered with its close frame first, and, like a protocol error, the
-// peer's answer, unread, must not reset the connection before the close
-// frame is read (failAndLinger).
+// end ends the connection for err, answering a protocol violation or a
+// panic with its close frame first (failAndLinger).
 func (c *Conn) end(err error) {
-	// An end found on an event loop leaves its dispatch's writes unable to
-	// wait; the close frame below, and what the backlog holds before it,
-	// may wait now (end runs on a goroutine of its own then).
+	// From an event loop, end runs on a goroutine of its own: the close
+	// frame, and the backlog before it, may wait now.
 	c.wr.mu.Lock()
 	c.wr.noWait = false
 	c.wr.mu.Unlock()
@@ -220,13 +212,10 @@ const (
 )
 
 // failAndLinger sends a close frame with code, half-closes the TCP
-// connection and reads (and discards) what the peer still sends, so that
-// closing the socket with unread bytes does not reset the connection and
-// destroy the close frame before the peer reads it. The peer has seen the
-// failure once it stops sending: the wait ends when it closes its side,
-// when it has been silent for failQuiet, or after failLinger (at most
-// CloseTimeout), so that a peer sending bad frames holds a descriptor for a
-// fraction of a second, not for CloseTimeout.
+// connection and discards what the peer still sends, so that unread bytes
+// do not reset the connection before the peer reads the close frame. It
+// stops when the peer closes its side, is silent for failQuiet, or after
+// failLinger (at most CloseTimeout): a bad peer holds a descriptor briefly.
 func (c *Conn) failAndLinger(code StatusCode, reason string) {
 	if c.writeCloseFrame(code, reason) != nil {
 		return
@@ -239,11 +228,7 @@ func (c *Conn) failAndLinger(code StatusCode, reason string) {
 	}
 	end := time.Now().Add(min(failLinger, c.cfg.CloseTimeout))
 	var scratch [512]byte
-	for {
-		now := time.Now()
-		if !now.Before(end) {
-			return
-		}
+	for now := time.Now(); now.Before(end); now = time.Now() {
 		dl := now.Add(failQuiet)
 		if dl.After(end) {
 			dl = end

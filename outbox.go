@@ -215,29 +215,30 @@ func (c *Conn) enqueue(it outboxItem) error {
 		o.mu.Unlock()
 		return errClosed
 	}
-	full := o.queued() >= c.cfg.OutboxSize
-	if full {
+	if o.queued() >= c.cfg.OutboxSize {
+		m := c.cfg.Metrics
 		switch c.cfg.OutboxPolicy {
 		case OutboxDropOldest:
 			dropped = o.dropOldestLocked()
+			if m != nil {
+				m.Queued(c, -1)
+				m.Dropped(c, 1)
+			}
 		case OutboxCloseSlow:
 			return o.closeSlowLocked()
-		case OutboxDropNewest:
+		default: // OutboxReject, OutboxDropNewest
 			o.mu.Unlock()
-			c.dropped(1)
+			if m != nil {
+				m.Dropped(c, 1)
+			}
+			if c.cfg.OutboxPolicy != OutboxDropNewest {
+				return ErrQueueFull
+			}
 			if it.done != nil {
 				it.done(ErrQueueFull)
 			}
 			return nil
-		default:
-			o.mu.Unlock()
-			c.dropped(1)
-			return ErrQueueFull
 		}
-	}
-	if m := c.cfg.Metrics; m != nil && full { // OutboxDropOldest made room
-		m.Queued(c, -1)
-		m.Dropped(c, 1)
 	}
 	if !o.busy && o.queued() == 0 && c.direct() {
 		o.writeNowLocked(it)
@@ -250,15 +251,11 @@ func (c *Conn) enqueue(it outboxItem) error {
 	return nil
 }
 
-// writeNowLocked writes it from the calling goroutine, when the outbox is
-// empty and no writer runs, and releases o.mu: a fan-out then costs one
-// system call per connection and no goroutine, as long as the sockets take
-// the bytes. It takes the writer's place meanwhile, so that what is queued
-// behind it waits, and it never waits itself: not for the write lock (a
-// writer that holds it may be waiting for the socket; it is queued for a
-// writer goroutine instead) and not for the socket (what the socket does
-// not take at once goes to the connection's backlog, which a writer
-// goroutine writes under the write timeout before anything else).
+// writeNowLocked writes it from the calling goroutine, taking the writer's
+// place, and releases o.mu: a fan-out then costs one system call per
+// connection and no goroutine. It never waits: a held write lock queues it
+// for a writer goroutine, and what the socket does not take goes to the
+// backlog, which that goroutine writes first.
 func (o *outbox) writeNowLocked(it outboxItem) {
 	c := o.c
 	o.startWriterLocked()
@@ -271,11 +268,7 @@ func (o *outbox) writeNowLocked(it outboxItem) {
 	}
 	if !locked {
 		o.mu.Lock()
-		o.queue = append(roomFor(o.queue), it)
-		if m := c.cfg.Metrics; m != nil {
-			m.Queued(c, 1)
-		}
-		o.mu.Unlock()
+		o.pushLocked(it) // the writer is counted already: pushLocked does not start it
 		go o.drain()
 		return
 	}
@@ -299,10 +292,8 @@ func (o *outbox) writeNowLocked(it outboxItem) {
 	c.inflight.Done()
 }
 
-// pushLocked appends it to the queue, reports it to Options.Metrics and
-// releases o.mu, starting the writer unless it runs. The report is made
-// under o.mu, so that the writer's report of taking the message comes after
-// it: the sum of Queued never goes below 0.
+// pushLocked queues it and releases o.mu, starting the writer unless it
+// runs. Metrics.Queued is told under o.mu, so that its sum never goes below 0.
 func (o *outbox) pushLocked(it outboxItem) {
 	o.queue = append(roomFor(o.queue), it)
 	if m := o.c.cfg.Metrics; m != nil {
@@ -315,18 +306,8 @@ func (o *outbox) pushLocked(it outboxItem) {
 	}
 }
 
-// dropped reports n messages the outbox refused or discarded to
-// Options.Metrics, if set.
-func (c *Conn) dropped(n int) {
-	if m := c.cfg.Metrics; m != nil {
-		m.Dropped(c, n)
-	}
-}
-
 // startWriterLocked marks the writer as running and reports whether the
-// caller must start it. The writer is counted in the Conn's inflight, under
-// o.mu while the outbox is open, so that finish (which closes the outbox
-// first) waits for it.
+// caller must start it. Counted in inflight under o.mu, so finish waits for it.
 func (o *outbox) startWriterLocked() bool {
 	if o.busy {
 		return false
@@ -336,9 +317,8 @@ func (o *outbox) startWriterLocked() bool {
 	return true
 }
 
-// dropOldestLocked removes the oldest queued item and returns it. Its slot
-// is emptied and skipped; the live items move to the front once the skipped
-// slots are as many as they are, so that a drop costs O(1), amortised.
+// dropOldestLocked removes and returns the oldest queued item; the live
+// items move to the front once as many slots are skipped, O(1) amortised.
 func (o *outbox) dropOldestLocked() outboxItem {
 	it := o.queue[o.head]
 	o.queue[o.head] = outboxItem{}
@@ -361,8 +341,6 @@ func (o *outbox) closeSlowLocked() error {
 	o.queue, o.head = nil, 0
 	o.state = outboxClosing
 	c.closing.record(ErrSlowConsumer)
-	// The close frame goes out once the socket takes the write in progress;
-	// a peer that does not read for CloseTimeout is cut without it.
 	time.AfterFunc(c.cfg.CloseTimeout, o.cutSlow)
 	start := o.startWriterLocked()
 	o.mu.Unlock()
@@ -384,9 +362,8 @@ func (o *outbox) closeSlowLocked() error {
 	return ErrSlowConsumer
 }
 
-// cutSlow ends a connection closed as slow whose close frame has not gone
-// out CloseTimeout after the outbox overflowed: the peer is not reading, and
-// the write blocked on it fails now.
+// cutSlow ends a connection closed as slow whose close frame is not out
+// CloseTimeout after the overflow: the write blocked on the peer fails.
 func (o *outbox) cutSlow() {
 	if c := o.c; !c.closing.has(closeSent | netClosed) {
 		c.abort(ErrSlowConsumer)
@@ -399,13 +376,11 @@ func (w *writeState) closeOutbox() {
 	if w.out.CompareAndSwap(nil, outboxEnded) {
 		return
 	}
-	o := w.out.Load()
-	if o == outboxEnded {
-		return
+	if o := w.out.Load(); o != outboxEnded {
+		o.mu.Lock()
+		o.state = outboxClosed
+		o.mu.Unlock()
 	}
-	o.mu.Lock()
-	o.state = outboxClosed
-	o.mu.Unlock()
 }
 
 // drain is the writer goroutine: it writes the queue a batch at a time and
@@ -463,13 +438,9 @@ func (o *outbox) drain() {
 	}
 }
 
-// writeBatch writes a batch from the outbox under one write lock and
-// returns the result of every message in it. A batch of one is written as
-// a direct write would be (a prepared frame goes out as it is, without a
-// copy); a larger one is corked and flushed in one system call. When a
-// write fails, every message of the batch gets the first error: the
-// connection is broken then, and how much of the corked bytes went out is
-// unknown.
+// writeBatch writes a batch under one write lock: one item as a direct
+// write would, more corked and flushed in one system call. Every message
+// gets the first error: how much of the corked bytes went out is unknown.
 func (o *outbox) writeBatch(batch []outboxItem) error {
 	c := o.c
 	w := &c.wr

@@ -10,12 +10,9 @@ import (
 	"github.com/gustws/gust/internal/mask"
 )
 
-// A message streamed to its handler (Options.StreamThreshold): OnMessage
-// reads it as an io.Reader while its frames arrive, so that it is never held
-// whole.
-
-// msgStream is the state of a streamed message (Options.StreamThreshold)
-// while OnMessage reads it, on the read goroutine.
+// msgStream is the state of a message streamed to OnMessage
+// (Options.StreamThreshold), read as its frames arrive so that it is never
+// held whole; it lives on the read goroutine.
 type msgStream struct {
 	c      *Conn
 	prefix []byte // what was buffered before the message was streamed, not yet read
@@ -45,12 +42,10 @@ var streamReaders sync.Pool
 
 const streamReaderSize = 32 << 10
 
-// streamMessage hands the message in progress to OnMessage as a stream, on
-// the read goroutine (even with Options.Parallel): its frame of length
-// bytes, whose header was just read, and the next ones are read as the
-// handler reads. What it leaves unread is read and discarded once it
-// returns, so that the next message starts on a frame boundary and a
-// compressed stream's window stays in step.
+// streamMessage hands the message in progress, whose frame header was just
+// read, to OnMessage on the read goroutine (even with Options.Parallel).
+// What the handler leaves unread is discarded afterwards, so that the next
+// message starts on a frame boundary and the inflater's window stays in step.
 func (c *Conn) streamMessage(fin bool, length int64, key [4]byte) error {
 	rd := c.rd
 	rd.userReads = true // its reads wait, in netpoll mode too
@@ -88,8 +83,7 @@ func (c *Conn) streamMessage(fin bool, length int64, key [4]byte) error {
 	return err
 }
 
-// startInflate prepares the inflater, with the window the peer's earlier
-// messages left when it keeps its context.
+// startInflate prepares the inflater, with the window of earlier messages.
 func (s *msgStream) startInflate() error {
 	s.br, _ = streamReaders.Get().(*bufio.Reader)
 	if s.br == nil {
@@ -112,8 +106,8 @@ func (s *msgStream) end() {
 	}
 }
 
-// discard reads what the handler left of the message, checking it as it
-// goes, and returns the error that ends the connection, if any.
+// discard reads and checks what the handler left, returning the error that
+// ends the connection, if any.
 func (s *msgStream) discard() error {
 	if s.err != nil {
 		return s.err
@@ -121,11 +115,10 @@ func (s *msgStream) discard() error {
 	buf := bufpool.Get(streamReaderSize)
 	defer bufpool.Put(buf)
 	for {
-		if _, err := s.read(*buf); err != nil {
-			if err != io.EOF {
-				return err
-			}
+		if _, err := s.read(*buf); err == io.EOF {
 			return nil
+		} else if err != nil {
+			return err
 		}
 	}
 }
@@ -157,10 +150,8 @@ func (s *msgStream) read(p []byte) (int, error) {
 	switch err {
 	case nil:
 	case io.EOF:
-		// The message ends with its last frame, not with the deflate
-		// data, which may end sooner: what follows is read and ignored,
-		// as a whole message's is, so that the frames after it are read
-		// and checked before the handler sees the end.
+		// The deflate data may end before the last frame: read and check
+		// the rest before the handler sees the end, as for a whole message.
 		var scratch [512]byte
 		for !s.rawDone {
 			if _, err := s.readRaw(scratch[:]); err != nil && err != io.EOF {
@@ -195,8 +186,7 @@ func (s *msgStream) Read(p []byte) (int, error) {
 }
 
 // readRaw reads the message's payload as it came on the wire (unmasked):
-// what was buffered before the stream began, then its frames' payloads,
-// reading the control frames between them as the read loop would.
+// the prefix, then its frames' payloads, handling control frames between.
 func (s *msgStream) readRaw(p []byte) (int, error) {
 	if len(s.prefix) > 0 {
 		n := copy(p, s.prefix)
@@ -241,8 +231,7 @@ func (s *msgStream) readRaw(p []byte) (int, error) {
 		}
 	} else {
 		if rd.w == rd.r {
-			if _, err := c.fill(); err != nil {
-				s.err = noEOF(err)
+			if s.err = s.fill(); s.err != nil {
 				return 0, s.err
 			}
 		}
@@ -258,14 +247,18 @@ func (s *msgStream) readRaw(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// fill reads more into the read buffer; a handler's read waits, never yields.
+func (s *msgStream) fill() error {
+	_, err := s.c.fill()
+	return noEOF(err)
+}
+
 // nextFrame reads frames up to the message's next data frame, handling the
-// control frames before it: pings and pongs reach their callbacks, and a
-// close frame is answered and ends the stream with its *CloseError.
+// control frames before it; a close frame ends the stream with its *CloseError.
 func (s *msgStream) nextFrame() error {
 	c := s.c
 	rd := c.rd
-	var hdr frameHeader
-	h := &hdr
+	h := &frameHeader{}
 	for {
 		var b []byte
 		if rd.buf != nil {
@@ -279,14 +272,14 @@ func (s *msgStream) nextFrame() error {
 			rd.r += n
 			break
 		}
-		if _, err := c.fill(); err != nil { // a handler's read waits: it never yields
-			return noEOF(err)
+		if err := s.fill(); err != nil {
+			return err
 		}
 	}
 	if h.op.isControl() {
 		for rd.w-rd.r < int(h.length) {
-			if _, err := c.fill(); err != nil {
-				return noEOF(err)
+			if err := s.fill(); err != nil {
+				return err
 			}
 		}
 		return c.control(h)
