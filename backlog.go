@@ -5,16 +5,12 @@ import "github.com/gustws/gust/internal/bufpool"
 // The write backlog (netpoll mode): what the socket did not take while no
 // write could wait, kept in order and written before anything else.
 
-// netWriteBacklog is netWrite while an event loop dispatches (netpoll
-// mode), or while what the socket did not take then waits: a loop must
-// never wait for a socket, so that one slow peer cannot hold up the others.
-// While the loop dispatches, every write (from its callbacks or from other
-// goroutines) writes what the socket takes at once and keeps the rest in
-// the backlog, in order, and reports it written. The loop then hands the
-// connection to a goroutine, which writes the backlog under the write
-// timeout before the connection reads again; a write outside the loop's
-// dispatch writes the backlog first. The backlog holds at most what is
-// written while one read's bytes are dispatched.
+// netWriteBacklog is netWrite while an event loop dispatches, or while a
+// backlog waits: a loop never waits for a socket, so one slow peer cannot
+// hold up the others. Each write then keeps what the socket does not take
+// at once in the backlog and reports it written; a goroutine writes the
+// backlog under the write timeout before the connection reads again, and a
+// write outside the dispatch writes it first.
 func (c *Conn) netWriteBacklog(p []byte) (int, error) {
 	w := &c.wr
 	if w.backlog == nil {

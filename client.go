@@ -290,10 +290,8 @@ func (d *dialer) transport(ctx context.Context, nc net.Conn, u *url.URL, target 
 	if u.Scheme != "wss" {
 		return nc, nil
 	}
-	var cfg *tls.Config
-	if d.cfg.TLSConfig != nil {
-		cfg = d.cfg.TLSConfig.Clone()
-	} else {
+	cfg := d.cfg.TLSConfig.Clone() // nil for nil
+	if cfg == nil {
 		cfg = &tls.Config{}
 	}
 	if cfg.ServerName == "" {
@@ -389,6 +387,11 @@ func (d *dialer) handshake(ctx context.Context, nc, raw net.Conn, u *url.URL, h 
 	if n := br.Buffered(); n > 0 {
 		buffered, _ = br.Peek(n)
 	}
+	return d.newConn(nc, h, buffered, subprotocol, params), resp, nil
+}
+
+// newConn makes the client's Conn once the handshake has accepted it.
+func (d *dialer) newConn(nc net.Conn, h Event, buffered []byte, subprotocol string, params *deflate.Params) *Conn {
 	if h == nil {
 		h = BuiltinEventHandler{}
 	}
@@ -396,13 +399,11 @@ func (d *dialer) handshake(ctx context.Context, nc, raw net.Conn, u *url.URL, h 
 	if params != nil {
 		c.deflate = deflate.NewState(*params, &d.cfg.deflate, false, &c.wr.mu)
 	}
-	return c, resp, nil
+	return c
 }
 
-// handshakeH2 opens the WebSocket as an extended CONNECT stream on tc, a
-// TLS connection that negotiated h2 (RFC 8441 §4, h2conn.Connect). When the
-// server does not allow extended CONNECT, or answers it with a
-// Content-Length, the error wraps errTryHTTP1.
+// handshakeH2 opens the WebSocket as an extended CONNECT stream on tc (RFC
+// 8441 §4); the error wraps errTryHTTP1 when HTTP/1.1 should be tried.
 func (d *dialer) handshakeH2(ctx context.Context, tc *tls.Conn, u *url.URL, h Event, release func() error) (*Conn, *http.Response, error) {
 	if err := release(); err != nil {
 		tc.Close()
@@ -428,26 +429,14 @@ func (d *dialer) handshakeH2(ctx context.Context, tc *tls.Conn, u *url.URL, h Ev
 		}
 		return nil, resp, dialFailed(ctx, err)
 	}
-	if h == nil {
-		h = BuiltinEventHandler{}
-	}
-	c := newConn(s, d.cfg, h, false, nil, subprotocol)
-	if params != nil {
-		c.deflate = deflate.NewState(*params, &d.cfg.deflate, false, &c.wr.mu)
-	}
-	return c, resp, nil
+	return d.newConn(s, h, nil, subprotocol, params), resp, nil
 }
 
 // checkNegotiated settles the subprotocol and the permessage-deflate
 // parameters of an accepting response, over HTTP/1.1 or HTTP/2.
-func (d *dialer) checkNegotiated(h http.Header) (string, *deflate.Params, error) {
-	subprotocol, err := handshake.CheckSubprotocol(h, d.cfg.Subprotocols)
-	if err != nil {
-		return "", nil, err
+func (d *dialer) checkNegotiated(h http.Header) (subprotocol string, params *deflate.Params, err error) {
+	if subprotocol, err = handshake.CheckSubprotocol(h, d.cfg.Subprotocols); err == nil {
+		params, err = deflate.Accept(h, &d.cfg.deflate)
 	}
-	params, err := deflate.Accept(h, &d.cfg.deflate)
-	if err != nil {
-		return "", nil, err
-	}
-	return subprotocol, params, nil
+	return subprotocol, params, err
 }

@@ -45,9 +45,8 @@ func (s *closeState) take(step uint32) bool { return s.v.Or(step)&step == 0 }
 func (s *closeState) pending() { s.v.Or(netClosed) }
 func (s *closeState) opened()  { s.v.And(^netClosed) }
 
-// startSending begins the write of gust's close frame and reports whether
-// it may: only the first close frame is written. The caller holds the
-// write lock.
+// startSending begins the write of gust's close frame, under the write
+// lock, and reports whether it may: only the first one is written.
 func (s *closeState) startSending() bool {
 	if s.has(closeSent) {
 		return false

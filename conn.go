@@ -60,10 +60,9 @@ func newConn(nc net.Conn, cfg *config, h Event, server bool, buffered []byte, su
 	return c
 }
 
-// allocConn makes a Conn. In goroutine mode its read state is part of the
-// same allocation. In netpoll mode the read state comes from a pool when
-// the connection reads (takeRead), and goes back while it is parked with
-// nothing in progress (putRead): an idle connection does not hold one.
+// allocConn makes a Conn, with its read state in the same allocation in
+// goroutine mode; in netpoll mode an idle connection holds none (takeRead,
+// putRead).
 func allocConn(cfg *config, h Event, server bool) *Conn {
 	if cfg.Netpoll {
 		return &Conn{cfg: cfg, handler: h, server: server}
@@ -99,21 +98,17 @@ func (c *Conn) putRead() {
 	c.rd = nil
 }
 
-// newPendingConn makes the Conn a server handshake hands to
-// Upgrader.OnRequest before it answers. It has no network connection yet,
-// so it behaves as a closed Conn (every write, Close and CloseNow return
-// net.ErrClosed) apart from Get, Set and Delete, and it holds nothing but
-// its own memory, so that a refused handshake simply drops it. open gives
-// it its connection.
+// newPendingConn makes the Conn OnRequest receives: closed until open gives
+// it its connection (but for Get, Set and Delete), and holding nothing but
+// its memory, so that a refused handshake simply drops it.
 func newPendingConn(cfg *config, h Event) *Conn {
 	c := allocConn(cfg, h, true)
 	c.closing.pending() // WriteAsync and CloseNow refuse, as on a Conn that ended
 	return c
 }
 
-// open gives a pending Conn the connection its handshake response went out
-// on. The fields are set under the write lock, which every write takes
-// before it looks at them, and the Conn opens to writes only afterwards.
+// open gives a pending Conn its connection under the write lock, which
+// every write takes before it looks at the fields, then opens it to writes.
 func (c *Conn) open(nc net.Conn, buffered []byte, hs handshakeResult) {
 	c.wr.mu.Lock()
 	c.attach(nc, buffered, hs.subprotocol)
@@ -158,12 +153,10 @@ func (c *Conn) attach(nc net.Conn, buffered []byte, subprotocol string) {
 // and code after ReadLoop runs at once. Read what you need from r before
 // Upgrade (Conn.Set keeps it), and do what ends the connection in OnClose.
 func (c *Conn) ReadLoop() {
-	// A Conn without a connection (a zero one, or one whose handshake is
-	// in progress) returns before it counts as started, so that the
-	// latter still runs once it opens.
+	// A Conn without a connection returns before it counts as started, so
+	// that a pending one still runs once it opens.
 	if c.conn == nil || !c.started.CompareAndSwap(false, true) {
 		if c.cfg != nil && (c.conn == nil || !c.closing.has(netClosed)) {
-			// A mistake while the connection lives: logged.
 			msg := "gust: ReadLoop called while it runs: it runs once per Conn, and this call returned at once"
 			if c.conn == nil {
 				msg = "gust: ReadLoop called before the connection is open (from Upgrader.OnRequest?): this call returned at once"
@@ -178,8 +171,7 @@ func (c *Conn) ReadLoop() {
 	c.serve(true)
 }
 
-// opened reports the start of the connection to Options.Metrics; it is
-// called once, by whoever set c.started.
+// opened reports the start to Options.Metrics, once (whoever set started).
 func (c *Conn) opened() {
 	if m := c.cfg.Metrics; m != nil {
 		m.Opened(c)

@@ -97,11 +97,9 @@ const (
 	outboxClosed  // the connection has ended
 )
 
-// The outbox's slices come from two pools that every connection shares,
-// of arrays of smallOutboxCap and largeOutboxCap items, and go back when
-// the writer exits: an idle connection holds none, and a broadcast does
-// not allocate in steady state. A burst past largeOutboxCap grows a slice
-// of its own, left to the garbage collector when the writer exits.
+// The outbox's slices come from two shared pools and go back when the
+// writer exits: an idle connection holds none, and a broadcast does not
+// allocate in steady state. A burst past largeOutboxCap grows its own.
 const (
 	smallOutboxCap = 16
 	largeOutboxCap = 64
@@ -390,9 +388,7 @@ func (o *outbox) drain() {
 	c := o.c
 	defer c.inflight.Done()
 	if c.direct() {
-		// What the socket did not take from a write that could not wait
-		// (writeNowLocked) goes first; an event loop that is dispatching
-		// writes its own.
+		// The backlog goes first; an event loop that dispatches writes its own.
 		w := &c.wr
 		w.mu.Lock()
 		if !w.noWait {

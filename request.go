@@ -13,18 +13,14 @@ import (
 	"github.com/gustws/gust/internal/handshake"
 )
 
-// The handshake as the application sees it: Upgrader.OnRequest, the header
-// fields of the response, and the refusals the application makes. Both
-// server paths (an Upgrader's net/http handler and a Server's own parser)
-// and both protocols (HTTP/1.1, and RFC 8441 over HTTP/2) go through
-// accept; they differ only in how they write the answer.
+// The handshake as the application sees it: OnRequest, the response's
+// header fields and the application's refusals. Both server paths and both
+// protocols go through accept; they differ only in how they answer.
 
-// accept runs OnRequest, if set, for a request that checkRequest passed, and
-// checks the header fields the response will carry: pre (the
-// ResponseWriter's, on an Upgrader), ResponseHeader, and those OnRequest
-// added. It returns the Conn-to-be and the fields OnRequest added (nil
-// without OnRequest), or the refusal to answer with. A subprotocol
-// OnRequest chose replaces the one checkRequest selected in hs.
+// accept runs OnRequest, if set, for a request checkRequest passed, and
+// checks the response's fields: pre (an Upgrader's ResponseWriter's),
+// ResponseHeader and OnRequest's, which it returns with the Conn-to-be, or
+// the refusal. A subprotocol OnRequest chose replaces hs's.
 func (cfg *config) accept(r *http.Request, hs *handshakeResult, h Event, pre http.Header) (*Conn, http.Header, *HandshakeError) {
 	c := newPendingConn(cfg, h)
 	var extra http.Header
@@ -49,9 +45,8 @@ func (cfg *config) accept(r *http.Request, hs *handshakeResult, h Event, pre htt
 	return c, extra, nil
 }
 
-// callOnRequest calls OnRequest and turns what it returned into a refusal.
-// A panic in it, unless Options.DisableRecovery is set, is logged with its
-// stack and answered with 500.
+// callOnRequest calls OnRequest and turns its error into a refusal; a
+// panic is logged and answered with 500, unless DisableRecovery is set.
 func (cfg *config) callOnRequest(r *http.Request, extra http.Header, c *Conn) (herr *HandshakeError) {
 	if !cfg.DisableRecovery {
 		defer func() {
@@ -71,11 +66,10 @@ func (cfg *config) callOnRequest(r *http.Request, extra http.Header, c *Conn) (h
 	return cfg.refusalOf(r, err)
 }
 
-// refusalOf makes the refusal that answers err, which OnRequest returned: a
-// *HandshakeError in err's chain gives the status (403 when 0), the header
-// fields and the body; any other error gives 403 with no body, so that
-// nothing of the error reaches the client. The result is a copy: the
-// application's error may be a value it shares between requests.
+// refusalOf makes the refusal that answers OnRequest's err: a
+// *HandshakeError in its chain gives the status (403 when 0), the fields and
+// the body; any other error gives 403 with no body, so nothing of it reaches
+// the client. It copies: the application may share its error value.
 func (cfg *config) refusalOf(r *http.Request, err error) *HandshakeError {
 	var he *HandshakeError
 	if !errors.As(err, &he) || he == nil {
@@ -99,10 +93,9 @@ func (cfg *config) refusalOf(r *http.Request, err error) *HandshakeError {
 	return &refusal
 }
 
-// misuse answers a handshake that cannot be answered as the application
-// asked (a header field that would corrupt the response, a subprotocol the
-// client did not offer) with 500, and logs why: the client learns nothing
-// of it.
+// misuse answers with 500, and logs why, a handshake that cannot be answered
+// as the application asked (a field that would corrupt the response, a
+// subprotocol the client did not offer).
 func (cfg *config) misuse(r *http.Request, err error) *HandshakeError {
 	err = fmt.Errorf("gust: handshake from %s: %w", r.RemoteAddr, err)
 	cfg.logger().LogAttrs(r.Context(), slog.LevelError, "gust: handshake answered with 500",
@@ -110,11 +103,9 @@ func (cfg *config) misuse(r *http.Request, err error) *HandshakeError {
 	return &HandshakeError{Status: http.StatusInternalServerError, Err: err}
 }
 
-// writeRefusal answers, on a Server's connection, a handshake that accept
-// refused: the status, header fields and body of herr, with Connection:
-// close since the connection ends. The connection's handshake deadline
-// bounds the write, however large the body. Without a Content-Type of its
-// own, a body gets the one net/http would give it.
+// writeRefusal answers herr on a Server's connection, with Connection:
+// close, under the handshake deadline; a body without a Content-Type gets
+// the one net/http would give it.
 func writeRefusal(nc net.Conn, herr *HandshakeError) error {
 	head := handshake.AppendRefusal(make([]byte, 0, 256), herr.Status, herr.Header, herr.Body)
 	bufs := net.Buffers{head, herr.Body}
@@ -122,10 +113,8 @@ func writeRefusal(nc net.Conn, herr *HandshakeError) error {
 	return err
 }
 
-// respondRefusal answers, through an Upgrader's ResponseWriter, a handshake that
-// accept refused: the status, header fields and body of herr, the fields
-// replacing those of the same name that w held, within timeout however
-// large the body.
+// respondRefusal answers herr through an Upgrader's ResponseWriter, its
+// fields replacing those of the same name in w, within timeout.
 func respondRefusal(w http.ResponseWriter, herr *HandshakeError, timeout time.Duration) {
 	h := w.Header()
 	for k, v := range herr.Header {

@@ -195,9 +195,8 @@ func (s *Server) serveConn(nc net.Conn) {
 }
 
 // commit takes nc out of the handshakes a shutdown drops, before its 101
-// goes out: from then on a shutdown closes it with 1001, reading what the
-// client sent (closing it unread would reset it). It reports false when
-// the shutdown came first and closed nc.
+// goes out (a shutdown then closes it with 1001); false if the shutdown came
+// first and closed nc.
 func (s *Server) commit(nc net.Conn) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -209,10 +208,9 @@ func (s *Server) commit(nc net.Conn) bool {
 }
 
 // handshake reads the request head, checks it, and answers with 101 or an
-// HTTP error. It returns nil when the connection must be closed, and plain
-// (nc with the bytes read put back) for HTTPHandler. The head's buffer
-// starts small and doubles as it fills, up to MaxHeaderBytes, so that a
-// client that stalls (slowloris) pins a few hundred bytes.
+// HTTP error. It returns nil when nc must be closed, and plain (nc with the
+// bytes read put back) for HTTPHandler. The head's buffer doubles as it
+// fills, so that a client that stalls (slowloris) pins a few hundred bytes.
 func (s *Server) handshake(nc net.Conn) (c *Conn, plain net.Conn) {
 	cfg := s.config()
 	deadline := time.Now().Add(cfg.HandshakeTimeout)

@@ -200,10 +200,8 @@ func (u *Upgrader) upgrade(w http.ResponseWriter, r *http.Request) (*Conn, error
 	return c, nil
 }
 
-// upgradeH2 answers an RFC 8441 extended CONNECT with 200 and makes a Conn
-// of the HTTP/2 stream (h2conn.Accept). The response carries the fields set
-// on w before Upgrade, then ResponseHeader's and extra's (OnRequest's),
-// except those the handshake sets itself; accept has checked them all.
+// upgradeH2 answers an RFC 8441 extended CONNECT with 200, with the fields
+// accept checked, and makes a Conn of the HTTP/2 stream (h2conn.Accept).
 func (u *Upgrader) upgradeH2(w http.ResponseWriter, r *http.Request, cfg *config, c *Conn, hs handshakeResult, extra http.Header) (*Conn, error) {
 	handshake.SetResponse(w.Header(), hs.subprotocol, hs.extensions(), cfg.ResponseHeader, extra)
 	s, err := h2conn.Accept(w, r)
@@ -230,8 +228,7 @@ func (hs *handshakeResult) extensions() string {
 }
 
 // checkRequest checks a handshake request (RFC 6455 §4.2.1, RFC 8441 §4)
-// with handshake.CheckRequest and CheckOrigin, and settles the subprotocol
-// and extensions.
+// and settles the subprotocol and extensions.
 func (cfg *config) checkRequest(r *http.Request) (handshakeResult, *HandshakeError) {
 	key, herr := handshake.CheckRequest(r, cfg.CheckOrigin)
 	if herr != nil {
@@ -247,15 +244,12 @@ func (cfg *config) checkRequest(r *http.Request) (handshakeResult, *HandshakeErr
 	return hs, nil
 }
 
-// errNotOpen is what a Conn whose handshake has not completed returns to a
-// write, a Close or a Ping: the Conn Upgrader.OnRequest receives is not
-// open yet. It wraps net.ErrClosed, as every write on a Conn that cannot
-// write does.
+// errNotOpen is what a Conn whose handshake is in progress (the one
+// OnRequest receives) returns to a write, a Close or a Ping.
 var errNotOpen = fmt.Errorf("gust: connection not open yet: its handshake is in progress (a write from Upgrader.OnRequest? write from OnOpen): %w", net.ErrClosed)
 
-// closedErr is the error a call on c returns when c has no connection: a
-// zero Conn's net.ErrClosed, or errNotOpen for one whose handshake is in
-// progress (newPendingConn).
+// closedErr is the error of a call on c without a connection: errNotOpen
+// while its handshake is in progress, else (a zero Conn) net.ErrClosed.
 func (c *Conn) closedErr() error {
 	if c.cfg != nil {
 		return errNotOpen
@@ -263,10 +257,9 @@ func (c *Conn) closedErr() error {
 	return errClosed
 }
 
-// endedErr is the error a call on c returns once its connection is closed
-// (netClosed): errNotOpen while its handshake is in progress, else
-// net.ErrClosed. It is the slow path of calls that found netClosed set, and
-// takes the write lock to read c.conn, which open sets under it.
+// endedErr is the error of a call that found netClosed set: errNotOpen
+// while the handshake is in progress, else net.ErrClosed. It takes the
+// write lock to read c.conn, which open sets under it.
 func (c *Conn) endedErr() error {
 	if c.cfg == nil {
 		return errClosed

@@ -114,8 +114,7 @@ func (c *Conn) WritePrepared(pm *PreparedMessage) error {
 	return c.writePreparedLocked(pm)
 }
 
-// writeEncodedLocked writes a complete frame: appended to the cork buffer while
-// corked, else written at once.
+// writeEncodedLocked writes an encoded frame: corked, or at once.
 func (c *Conn) writeEncodedLocked(frame []byte) error {
 	w := &c.wr
 	limit := c.cfg.WriteBufferSize
@@ -170,20 +169,10 @@ func (c *Conn) writePreparedLocked(pm *PreparedMessage) error {
 }
 
 // WritePing sends a ping with payload p (at most 125 bytes).
-func (c *Conn) WritePing(p []byte) error {
-	if len(p) > maxControlPayload {
-		return errControlTooLong
-	}
-	return c.writeControl(opPing, p)
-}
+func (c *Conn) WritePing(p []byte) error { return c.writeControl(opPing, p) }
 
 // WritePong sends a pong with payload p (at most 125 bytes).
-func (c *Conn) WritePong(p []byte) error {
-	if len(p) > maxControlPayload {
-		return errControlTooLong
-	}
-	return c.writeControl(opPong, p)
-}
+func (c *Conn) WritePong(p []byte) error { return c.writeControl(opPong, p) }
 
 // writableLocked returns the error a write must return now, if any.
 func (c *Conn) writableLocked() error {
@@ -205,20 +194,17 @@ func (c *Conn) writableLocked() error {
 	return nil
 }
 
-// The private write functions come in three layers, each called with the
-// write lock held:
-//
-//   - messages: writeMessageLocked (a data message, compressed when it
-//     should be) and writePreparedLocked (a prepared message's frame);
-//   - frames: writeFrameLocked (encodes one frame of a payload) and
-//     writeEncodedLocked (a frame encoded already), each corked while the
-//     read goroutine dispatches or an outbox batch is written, else sent;
-//   - the socket: flushLocked (the cork buffer), writeLarge (a frame larger
-//     than the write buffer, a piece at a time) and netWrite under them,
-//     the only place a Conn writes to its socket.
+// The private write functions, called with the write lock held, come in
+// three layers: messages (writeMessageLocked, writePreparedLocked); frames
+// (writeFrameLocked, writeEncodedLocked), corked while the read goroutine
+// dispatches or an outbox batch is written; and the socket (flushLocked,
+// writeLarge, and netWrite, the only place a Conn writes to its socket).
 
 // writeControl writes one control frame (a ping or a pong).
 func (c *Conn) writeControl(op Opcode, p []byte) error {
+	if len(p) > maxControlPayload {
+		return errControlTooLong
+	}
 	c.wr.mu.Lock()
 	err := c.writeFrameLocked(op, p)
 	c.wr.mu.Unlock()
@@ -275,12 +261,9 @@ func (w *writeState) appendFrame(hn int, p []byte, masked bool, key [4]byte) {
 	*w.buf = b
 }
 
-// writeLarge writes a frame too big for the write buffer. The header and
-// the first piece of the payload leave together from a pooled buffer of
-// that size. On the server side the rest is written straight from p, in
-// one write, rather than copied through the buffer a piece at a time: no
-// copy and fewer system calls. The client side must mask, so it copies
-// each piece into the buffer, masking as it goes.
+// writeLarge writes a frame too big for the write buffer: the header and
+// the payload's first piece from a pooled buffer, then on the server side
+// the rest straight from p in one write; a client masks piece by piece.
 func (c *Conn) writeLarge(hn int, p []byte, key [4]byte, limit int) error {
 	buf := bufpool.Get(limit)
 	defer bufpool.Put(buf)

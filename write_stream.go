@@ -9,14 +9,11 @@ import (
 	"github.com/gustws/gust/internal/mask"
 )
 
-// A message written in pieces: NextWriter's writer sends each fragment as
-// it fills, and WriteFrom sends what a reader yields, so that a message is
-// never held whole; other data messages wait for it (waitStreamLocked).
+// A message written in pieces (NextWriter, WriteFrom), never held whole.
 
 // waitStreamLocked waits, releasing the write lock meanwhile, until no
 // NextWriter is open or the connection has ended: a data message may not go
-// between the fragments of another (RFC 6455 §5.4). Control frames do not
-// wait.
+// between the fragments of another (RFC 6455 §5.4).
 func (c *Conn) waitStreamLocked() {
 	w := &c.wr
 	for w.writerOpen.Load() && !c.closing.has(closeEnded) {
@@ -96,10 +93,7 @@ func (mw *messageWriter) Write(p []byte) (int, error) {
 	defer func() { mw.payload += written }()
 	for len(p) > 0 {
 		if mw.z != nil {
-			if mw.in == mw.frag {
-				// A fragment's worth written, and more is coming: flush it
-				// out, so that each fragment carries what was written
-				// before it, as it does uncompressed.
+			if mw.in == mw.frag { // a fragment's worth, and more is coming
 				if err := mw.flushCompressed(); err != nil {
 					return written, err
 				}
@@ -113,8 +107,7 @@ func (mw *messageWriter) Write(p []byte) (int, error) {
 			p = p[k:]
 			continue
 		}
-		if mw.n == mw.frag {
-			// Full, and more is coming: not the last fragment.
+		if mw.n == mw.frag { // full, and more is coming: not the last fragment
 			if err := mw.flushFull(); err != nil {
 				return written, err
 			}
@@ -255,9 +248,8 @@ func (mw *messageWriter) finish() error {
 	return mw.sendSink(true)
 }
 
-// release gives the buffers and the compressor back (the compressor to the
-// connection, with context takeover) and ends the message for the waiting
-// writers.
+// release gives the buffers and the compressor back and lets the waiting
+// writers go.
 func (mw *messageWriter) release() {
 	c := mw.c
 	w := &c.wr
@@ -279,10 +271,9 @@ func (mw *messageWriter) release() {
 	w.mu.Unlock()
 }
 
-// ReadFrom writes what r yields until io.EOF; it does not close the
-// writer. Uncompressed, r reads straight into the fragment buffer, with no
-// copy and no buffer of its own; once the message is being compressed, the
-// bytes go through a pooled buffer to the compressor.
+// ReadFrom writes what r yields until io.EOF, without closing the writer.
+// Uncompressed, r reads straight into the fragment buffer; compressed, the
+// bytes go through a pooled buffer.
 func (mw *messageWriter) ReadFrom(r io.Reader) (int64, error) {
 	var total int64
 	for mw.z == nil {
@@ -292,9 +283,7 @@ func (mw *messageWriter) ReadFrom(r io.Reader) (int64, error) {
 		if mw.err != nil {
 			return total, mw.err
 		}
-		if mw.n == mw.frag {
-			// Full, and r may have more: not the last fragment (if r
-			// has none, Close sends an empty last one).
+		if mw.n == mw.frag { // full, and r may have more (else Close sends an empty last one)
 			if err := mw.flushFull(); err != nil {
 				return total, err
 			}
