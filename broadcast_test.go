@@ -5,6 +5,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/gustws/gust/internal/testkit"
 	"github.com/stretchr/testify/require"
 )
 
@@ -52,7 +53,7 @@ func TestPreparedMessageToMixedReceivers(t *testing.T) {
 	}
 	mu.Unlock()
 	for i, c := range clients {
-		dc := newDeflateClient()
+		dc := testkit.NewDeflatePeer()
 		for _, want := range []string{text, text, text, after} {
 			b0, p, err := c.readFrame()
 			require.NoError(t, err)
@@ -62,7 +63,7 @@ func TestPreparedMessageToMixedReceivers(t *testing.T) {
 				continue
 			}
 			require.Equal(t, byte(0xC1), b0, offers[i])
-			require.Equal(t, want, string(dc.decompress(t, p)), offers[i])
+			require.Equal(t, want, string(dc.Decompress(t, p)), offers[i])
 		}
 	}
 	require.Len(t, pm.compressed, 2, "compressed once per distinct window, not per receiver")

@@ -3,12 +3,12 @@ package gust
 import (
 	"bytes"
 	"compress/flate"
-	"io"
 	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/gustws/gust/internal/deflate"
+	"github.com/gustws/gust/internal/testkit"
 	"github.com/stretchr/testify/require"
 )
 
@@ -34,47 +34,6 @@ func useDeflate(c *Conn, p deflate.Params) {
 	c.deflate = deflate.NewState(p, &c.cfg.deflate, c.server, &c.wr.mu)
 }
 
-// deflateClient compresses like a browser: one stdlib flate.Writer kept
-// across messages (context takeover), sync-flushed, tail removed.
-type deflateClient struct {
-	buf bytes.Buffer
-	fw  *flate.Writer
-	fr  io.ReadCloser
-	in  bytes.Buffer
-}
-
-func newDeflateClient() *deflateClient {
-	d := &deflateClient{}
-	d.fw, _ = flate.NewWriter(&d.buf, flate.BestSpeed)
-	d.fr = flate.NewReader(&d.in)
-	return d
-}
-
-func (d *deflateClient) compress(p []byte) []byte {
-	d.buf.Reset()
-	d.fw.Write(p)
-	d.fw.Flush()
-	b := bytes.Clone(d.buf.Bytes())
-	return b[:len(b)-4]
-}
-
-// decompress inflates a server message, keeping context across calls.
-func (d *deflateClient) decompress(t *testing.T, p []byte) []byte {
-	d.in.Write(p)
-	d.in.Write([]byte{0, 0, 0xff, 0xff})
-	var out bytes.Buffer
-	buf := make([]byte, 4096)
-	for d.in.Len() > 0 {
-		n, err := d.fr.Read(buf)
-		out.Write(buf[:n])
-		if err != nil && err != io.EOF {
-			require.ErrorIs(t, err, io.ErrUnexpectedEOF)
-			break
-		}
-	}
-	return out.Bytes()
-}
-
 func TestCompressedEcho(t *testing.T) {
 	t.Parallel()
 	forEachFrameMode(t, func(t *testing.T, m serverMode) {
@@ -87,33 +46,33 @@ func TestCompressedEcho(t *testing.T) {
 				// The server accepts each offer as it is: every parameter
 				// answered, server_max_window_bits=15 included.
 				require.Equal(t, offer, nc.lastResp.Header.Get("Sec-WebSocket-Extensions"))
-				dc := newDeflateClient()
-				sc := newDeflateClient()
+				dc := testkit.NewDeflatePeer()
+				sc := testkit.NewDeflatePeer()
 				msgs := []string{
 					strings.Repeat(`{"user":"ann","text":"hello there"}`, 60), // compressed both ways
 					"short",                       // under the threshold: sent plain
 					strings.Repeat("wörld ", 500), // reuses the window
 				}
 				for _, msg := range msgs {
-					z := dc.compress([]byte(msg))
+					z := dc.Compress([]byte(msg))
 					nc.send(frame(0xC1, z)) // FIN, RSV1, text
 					b0, p, err := nc.readFrame()
 					require.NoError(t, err)
 					if len(msg) >= deflate.DefaultThreshold {
 						require.Equal(t, byte(0xC1), b0, "RSV1 set on a compressed message")
-						require.Equal(t, msg, string(sc.decompress(t, p)))
+						require.Equal(t, msg, string(sc.Decompress(t, p)))
 					} else {
 						require.Equal(t, byte(0x81), b0)
 						require.Equal(t, msg, string(p))
 					}
 				}
 				// A compressed message in fragments: RSV1 on the first frame only.
-				z := dc.compress([]byte(msgs[0]))
+				z := dc.Compress([]byte(msgs[0]))
 				nc.send(frame(0x41, z[:10]), frame(0x00, z[10:20]), frame(0x80, z[20:]))
 				b0, p, err := nc.readFrame()
 				require.NoError(t, err)
 				require.Equal(t, byte(0xC1), b0)
-				require.Equal(t, msgs[0], string(sc.decompress(t, p)))
+				require.Equal(t, msgs[0], string(sc.Decompress(t, p)))
 				// RSV1 on a continuation frame is a protocol error.
 				nc.send(frame(0x41, z[:10]), frame(0xC0, z[10:]))
 				nc.expectClose(StatusProtocolError)
@@ -181,8 +140,8 @@ func TestCompressedInvalidUTF8(t *testing.T) {
 	h := newEcho()
 	nc := dialRaw(t, startServer(t, h, &Options{Compression: CompressionOptions{Enabled: true}}), nil,
 		"Sec-WebSocket-Extensions: permessage-deflate")
-	dc := newDeflateClient()
-	nc.send(frame(0xC1, dc.compress([]byte("ok \xed\xa0\x80 no"))))
+	dc := testkit.NewDeflatePeer()
+	nc.send(frame(0xC1, dc.Compress([]byte("ok \xed\xa0\x80 no"))))
 	nc.expectClose(StatusInvalidFramePayloadData)
 }
 
@@ -201,5 +160,5 @@ func TestWriteUncompressed(t *testing.T) {
 	b0, p, err := nc.readFrame()
 	require.NoError(t, err)
 	require.Equal(t, byte(0xC2), b0)
-	require.Equal(t, big, newDeflateClient().decompress(t, p))
+	require.Equal(t, big, testkit.NewDeflatePeer().Decompress(t, p))
 }

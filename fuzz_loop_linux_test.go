@@ -7,10 +7,9 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
-	"os"
-	"syscall"
 	"testing"
 
+	"github.com/gustws/gust/internal/testkit"
 	"github.com/stretchr/testify/require"
 )
 
@@ -21,23 +20,8 @@ import (
 // as the chunks cut it into. Where the loop would hand the connection to a
 // goroutine (handOff: a close frame, a backlog), the rest of the input
 // is sent at once and the connection is served as that goroutine serves it.
-// unixPair returns the two ends of a Unix stream socketpair, as the
-// *net.UnixConns net.FileConn makes of them.
-func unixPair(t *testing.T) (nc, peer net.Conn) {
-	t.Helper()
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	require.NoError(t, err)
-	for i, c := range []*net.Conn{&nc, &peer} {
-		f := os.NewFile(uintptr(fds[i]), "socketpair")
-		*c, err = net.FileConn(f)
-		f.Close()
-		require.NoError(t, err)
-	}
-	return nc, peer
-}
-
 func runFuzzLoop(t *testing.T, in []byte, seed uint64, opts Options) (*fuzzRecorder, []byte) {
-	nc, peer := unixPair(t)
+	nc, peer := testkit.UnixPair(t)
 	defer peer.Close()
 	out := make(chan []byte, 1)
 	go func() {

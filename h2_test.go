@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gustws/gust/internal/h2conn"
+	"github.com/gustws/gust/internal/testkit"
 	"github.com/stretchr/testify/require"
 )
 
@@ -187,7 +188,7 @@ func TestH2ManyWebSocketsOnOneConnection(t *testing.T) {
 		b0, p, err := c.readFrame()
 		require.NoError(t, err)
 		require.Equal(t, byte(0xC2), b0)
-		require.Equal(t, big, newDeflateClient().decompress(t, p))
+		require.Equal(t, big, testkit.NewDeflatePeer().Decompress(t, p))
 	}
 	for _, c := range clients {
 		c.send(frame(0x88, closePayload(StatusNormalClosure, "")))

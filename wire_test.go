@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gustws/gust/internal/testkit"
 	"github.com/stretchr/testify/require"
 )
 
@@ -321,32 +322,7 @@ func repeat(s string, n int) []byte { return []byte(strings.Repeat(s, n)) }
 func newBufReader(nc net.Conn) *bufio.Reader { return bufio.NewReader(nc) }
 
 // tcpPair returns the two ends of a loopback TCP connection.
-func tcpPair(t testing.TB) (a, b *net.TCPConn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	return tcpPairOn(t, ln)
-}
-
-// tcpPairOn is tcpPair over ln, which it closes.
-func tcpPairOn(t testing.TB, ln net.Listener) (a, b *net.TCPConn) {
-	t.Helper()
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		nc, _ := ln.Accept()
-		accepted <- nc
-	}()
-	nb, err := net.Dial(ln.Addr().Network(), ln.Addr().String())
-	require.NoError(t, err)
-	na := <-accepted
-	require.NotNil(t, na)
-	t.Cleanup(func() { na.Close(); nb.Close() })
-	for _, nc := range []net.Conn{na, nb} {
-		nc.SetDeadline(time.Now().Add(20 * time.Second))
-	}
-	return na.(*net.TCPConn), nb.(*net.TCPConn)
-}
+func tcpPair(t testing.TB) (a, b *net.TCPConn) { return testkit.TCPPair(t) }
 
 // plainConn hides the net.Conn's other methods (SyscallConn, CloseWrite),
 // as a wrapped or non-TCP connection does.

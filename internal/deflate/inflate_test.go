@@ -12,51 +12,10 @@ import (
 	utf8std "unicode/utf8"
 
 	"github.com/gustws/gust/internal/bufpool"
+	"github.com/gustws/gust/internal/testkit"
 	"github.com/gustws/gust/internal/utf8"
 	"github.com/stretchr/testify/require"
 )
-
-// peer compresses and decompresses like a browser: one stdlib flate.Writer
-// kept across messages (context takeover), sync-flushed, tail removed; one
-// flate reader that keeps its window.
-type peer struct {
-	buf bytes.Buffer
-	fw  *flate.Writer
-	fr  io.ReadCloser
-	in  bytes.Buffer
-}
-
-func newPeer() *peer {
-	d := &peer{}
-	d.fw, _ = flate.NewWriter(&d.buf, flate.BestSpeed)
-	d.fr = flate.NewReader(&d.in)
-	return d
-}
-
-func (d *peer) compress(p []byte) []byte {
-	d.buf.Reset()
-	d.fw.Write(p)
-	d.fw.Flush()
-	b := bytes.Clone(d.buf.Bytes())
-	return b[:len(b)-4]
-}
-
-// decompress inflates a message, keeping context across calls.
-func (d *peer) decompress(t *testing.T, p []byte) []byte {
-	d.in.Write(p)
-	d.in.Write([]byte{0, 0, 0xff, 0xff})
-	var out bytes.Buffer
-	buf := make([]byte, 4096)
-	for d.in.Len() > 0 {
-		n, err := d.fr.Read(buf)
-		out.Write(buf[:n])
-		if err != nil && err != io.EOF {
-			require.ErrorIs(t, err, io.ErrUnexpectedEOF)
-			break
-		}
-	}
-	return out.Bytes()
-}
 
 // newServer is a server's state with the defaults, both windows 32 KiB.
 func newServer(p Params) *State {
@@ -139,11 +98,11 @@ func TestInflateChunks(t *testing.T) {
 	const limit = 1 << 18
 	rng := rand.New(rand.NewPCG(3, 4))
 	d := newServer(Params{})
-	dc := newPeer()
+	dc := testkit.NewDeflatePeer()
 	for _, n := range []int{0, 1, 511, 512, 513, 2047, 2048, 2049, 4096, 70000, 1 << 17, 1<<17 + 1, limit - 1, limit} {
 		for _, repetitive := range []bool{false, true} {
 			msg := textOfSize(rng, n, repetitive)
-			src := append(dc.compress(msg), Tail...)
+			src := append(dc.Compress(msg), Tail...)
 			var v utf8.Validator
 			out, k, err := d.Inflate(src, limit, &v)
 			require.NoError(t, err, "%d bytes", n)
@@ -157,7 +116,7 @@ func TestInflateChunks(t *testing.T) {
 	}
 	// One byte over: 1009, the chunks given back.
 	for _, repetitive := range []bool{false, true} {
-		src := append(newPeer().compress(textOfSize(rng, limit+1, repetitive)), Tail...)
+		src := append(testkit.NewDeflatePeer().Compress(textOfSize(rng, limit+1, repetitive)), Tail...)
 		d.readNoCtx = true
 		_, _, err := d.Inflate(src, limit, nil)
 		require.ErrorIs(t, err, ErrTooBig)
@@ -165,13 +124,13 @@ func TestInflateChunks(t *testing.T) {
 	}
 	// Invalid text past the first chunk: 1007.
 	bad := append(textOfSize(rng, 100000, true), 0xff)
-	src := append(newPeer().compress(bad), Tail...)
+	src := append(testkit.NewDeflatePeer().Compress(bad), Tail...)
 	_, _, err := d.Inflate(src, limit, new(utf8.Validator))
 	require.ErrorIs(t, err, ErrText)
 	require.Empty(t, d.chunks)
 	// No limit.
 	msg := textOfSize(rng, 3<<20, true)
-	src = append(newPeer().compress(msg), Tail...)
+	src = append(testkit.NewDeflatePeer().Compress(msg), Tail...)
 	out, k, err := d.Inflate(src, -1, nil)
 	require.NoError(t, err)
 	require.True(t, bytes.Equal(msg, (*out)[:k]))
@@ -195,7 +154,7 @@ func TestInflateDoesNotAllocate(t *testing.T) {
 	}
 	d := newServer(Params{ClientNoContextTakeover: true})
 	msg := bytes.Repeat([]byte("hello, chunks "), 5000) // 70 KiB from a few hundred bytes
-	src := append(newPeer().compress(msg), Tail...)
+	src := append(testkit.NewDeflatePeer().Compress(msg), Tail...)
 	allocs := testing.AllocsPerRun(100, func() {
 		out, _, err := d.Inflate(src, 1<<20, nil)
 		if err != nil {
@@ -212,10 +171,10 @@ func TestInflateDoesNotAllocate(t *testing.T) {
 func TestReaderKeepsTheWindow(t *testing.T) {
 	t.Parallel()
 	d := newServer(Params{})
-	dc := newPeer()
+	dc := testkit.NewDeflatePeer()
 	msg := []byte(strings.Repeat("the same words again, ", 100))
 	for i := range 4 {
-		src := append(dc.compress(msg), Tail...)
+		src := append(dc.Compress(msg), Tail...)
 		if i%2 == 0 {
 			out, n, err := d.Inflate(src, -1, nil)
 			require.NoError(t, err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gustws/gust/internal/bufpool"
 	"github.com/gustws/gust/internal/leakcheck"
+	"github.com/gustws/gust/internal/testkit"
 	"github.com/stretchr/testify/require"
 )
 
@@ -66,11 +67,11 @@ func TestIdleReleaseKeepsContext(t *testing.T) {
 	t.Parallel()
 	d, mu := locked(t, Params{})
 	msg := randomLetters(1000)
-	dc := newPeer()
+	dc := testkit.NewDeflatePeer()
 	var sizes []int
 	for i := range 3 {
 		z := compress(t, d, mu, msg)
-		require.Equal(t, msg, dc.decompress(t, z))
+		require.Equal(t, msg, dc.Decompress(t, z))
 		sizes = append(sizes, len(z))
 		if i == 0 {
 			d.releaseIdle() // clears "used recently"
@@ -88,10 +89,10 @@ func TestNoContextTakeoverHoldsNoCompressor(t *testing.T) {
 	t.Parallel()
 	d, mu := locked(t, Params{ServerNoContextTakeover: true})
 	msg := randomLetters(1000)
-	dc := newPeer()
+	dc := testkit.NewDeflatePeer()
 	for range 2 {
 		z := compress(t, d, mu, msg)
-		require.Equal(t, msg, dc.decompress(t, z))
+		require.Equal(t, msg, dc.Decompress(t, z))
 		require.Greater(t, len(z), len(msg)/2)
 		require.Nil(t, d.fw)
 	}
@@ -118,10 +119,10 @@ func TestStream(t *testing.T) {
 	mu.Lock()
 	s.End(true)
 	mu.Unlock()
-	dc := newPeer()
-	require.Equal(t, msg, dc.decompress(t, wire))
+	dc := testkit.NewDeflatePeer()
+	require.Equal(t, msg, dc.Decompress(t, wire))
 	z := compress(t, d, mu, msg)
-	require.Equal(t, msg, dc.decompress(t, z))
+	require.Equal(t, msg, dc.Decompress(t, z))
 	require.Less(t, len(z), len(msg)/10, "the message after the stream refers back to it")
 
 	// A stream that ended badly gives its compressor up.
@@ -142,8 +143,8 @@ func TestCompressAlone(t *testing.T) {
 	d, mu := locked(t, Params{})
 	other, _ := locked(t, Params{})
 	msg := []byte(strings.Repeat("prepared once, sent to many ", 40))
-	dc := newPeer()
-	require.Equal(t, msg, dc.decompress(t, compress(t, d, mu, msg)))
+	dc := testkit.NewDeflatePeer()
+	require.Equal(t, msg, dc.Decompress(t, compress(t, d, mu, msg)))
 
 	buf, n, err := d.CompressAlone(msg)
 	require.NoError(t, err)
@@ -154,13 +155,13 @@ func TestCompressAlone(t *testing.T) {
 	require.Equal(t, alone, (*buf)[:n])
 	bufpool.Put(buf)
 	require.Equal(t, d.Setting(), other.Setting())
-	require.Equal(t, msg, dc.decompress(t, alone))
+	require.Equal(t, msg, dc.Decompress(t, alone))
 
 	mu.Lock()
 	d.DropContext()
 	require.Nil(t, d.fw)
 	mu.Unlock()
-	require.Equal(t, msg, dc.decompress(t, compress(t, d, mu, msg)))
+	require.Equal(t, msg, dc.Decompress(t, compress(t, d, mu, msg)))
 
 	c := Config{Enabled: true, Level: 9}.WithDefaults()
 	require.NotEqual(t, d.Setting(), NewState(Params{ServerMaxWindowBits: 15}, &c, true, nil).Setting())

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gustws/gust/internal/testkit"
 	"github.com/stretchr/testify/require"
 )
 
@@ -45,9 +46,9 @@ func failLoops(t *testing.T) {
 // rejoins the new instance, so that it goes on when the socket has room,
 // not at its deadline.
 func TestFailedEpollInstance(t *testing.T) {
-	parkedConn, parkedPeer := unixPair(t)
+	parkedConn, parkedPeer := testkit.UnixPair(t)
 	defer parkedPeer.Close()
-	writerConn, writerPeer := unixPair(t)
+	writerConn, writerPeer := testkit.UnixPair(t)
 	defer writerPeer.Close()
 	ps, po := adopt(t, parkedConn)
 	ws, _ := adopt(t, writerConn)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gustws/gust/internal/testkit"
 	"github.com/stretchr/testify/require"
 )
 
@@ -69,51 +70,8 @@ func adopt(t *testing.T, nc net.Conn) (*Sock, *owner) {
 	return s, o
 }
 
-// tcpPair returns the two ends of a TCP connection over loopback, closed
-// when the test ends.
-func tcpPair(t testing.TB) (a, b *net.TCPConn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	return tcpPairOn(t, ln)
-}
-
-// tcpPairOn is tcpPair over ln, which it closes.
-func tcpPairOn(t testing.TB, ln net.Listener) (a, b *net.TCPConn) {
-	t.Helper()
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		nc, _ := ln.Accept()
-		accepted <- nc
-	}()
-	nb, err := net.Dial(ln.Addr().Network(), ln.Addr().String())
-	require.NoError(t, err)
-	na := <-accepted
-	require.NotNil(t, na)
-	t.Cleanup(func() { na.Close(); nb.Close() })
-	for _, nc := range []net.Conn{na, nb} {
-		nc.SetDeadline(time.Now().Add(20 * time.Second))
-	}
-	return na.(*net.TCPConn), nb.(*net.TCPConn)
-}
-
-// unixPair returns the two ends of a Unix socket pair.
-func unixPair(t *testing.T) (nc, peer net.Conn) {
-	t.Helper()
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	require.NoError(t, err)
-	for i, c := range []*net.Conn{&nc, &peer} {
-		f := os.NewFile(uintptr(fds[i]), "socketpair")
-		*c, err = net.FileConn(f)
-		f.Close()
-		require.NoError(t, err)
-	}
-	return nc, peer
-}
-
 func TestSockReplacesTheTCPConn(t *testing.T) {
-	server, client := tcpPair(t)
+	server, client := testkit.TCPPair(t)
 	before := openSockets(t)
 	s := netpollSock(t, server)
 	require.Equal(t, before, openSockets(t), "the duplicate replaces the original descriptor")
@@ -153,7 +111,7 @@ func TestSockReplacesTheTCPConn(t *testing.T) {
 }
 
 func TestSockReadWaitsForBytesAndDeadlines(t *testing.T) {
-	server, client := tcpPair(t)
+	server, client := testkit.TCPPair(t)
 	s := netpollSock(t, server)
 	buf := make([]byte, 16)
 
@@ -201,7 +159,7 @@ func TestSockReadWaitsForBytesAndDeadlines(t *testing.T) {
 }
 
 func TestSockWriteWaitsForRoom(t *testing.T) {
-	nc, peer := unixPair(t)
+	nc, peer := testkit.UnixPair(t)
 	defer peer.Close()
 	s := netpollSock(t, nc)
 	require.Equal(t, "unix", s.LocalAddr().Network())
@@ -246,7 +204,7 @@ func TestSockWriteWaitsForRoom(t *testing.T) {
 // reused): the descriptor is closed once the last call is done with it.
 func TestSockCloseRacesCalls(t *testing.T) {
 	for range 50 {
-		server, client := tcpPair(t)
+		server, client := testkit.TCPPair(t)
 		s := netpollSock(t, server)
 		done := make(chan struct{})
 		for range 4 {
@@ -292,7 +250,7 @@ func TestSockKeepsIPv6Addresses(t *testing.T) {
 	if err != nil {
 		t.Skipf("no IPv6 loopback here: %v", err)
 	}
-	server, client := tcpPairOn(t, ln)
+	server, client := testkit.TCPPairOn(t, ln)
 	want := [2]string{server.LocalAddr().String(), server.RemoteAddr().String()}
 	s := netpollSock(t, server)
 	require.Equal(t, want, [2]string{s.LocalAddr().String(), s.RemoteAddr().String()})

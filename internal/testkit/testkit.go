@@ -1,0 +1,94 @@
+// Package testkit holds what the tests of several gust packages share: the
+// two ends of a loopback connection, and a peer that compresses as a
+// browser does. Only tests import it.
+package testkit
+
+import (
+	"bytes"
+	"compress/flate"
+	"io"
+	"net"
+	"testing"
+	"time"
+)
+
+// TCPPair returns the two ends of a TCP connection over loopback, closed
+// when the test ends.
+func TCPPair(t testing.TB) (a, b *net.TCPConn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return TCPPairOn(t, ln)
+}
+
+// TCPPairOn is TCPPair over ln, which it closes.
+func TCPPairOn(t testing.TB, ln net.Listener) (a, b *net.TCPConn) {
+	t.Helper()
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		nc, _ := ln.Accept()
+		accepted <- nc
+	}()
+	nb, err := net.Dial(ln.Addr().Network(), ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	na := <-accepted
+	if na == nil {
+		t.Fatal("accept failed")
+	}
+	t.Cleanup(func() { na.Close(); nb.Close() })
+	for _, nc := range []net.Conn{na, nb} {
+		nc.SetDeadline(time.Now().Add(20 * time.Second))
+	}
+	return na.(*net.TCPConn), nb.(*net.TCPConn)
+}
+
+// DeflatePeer compresses as a browser does: one flate.Writer kept across
+// messages (context takeover), sync-flushed, its tail removed; and inflates
+// with one reader that keeps its window.
+type DeflatePeer struct {
+	buf bytes.Buffer
+	fw  *flate.Writer
+	fr  io.ReadCloser
+	in  bytes.Buffer
+}
+
+func NewDeflatePeer() *DeflatePeer {
+	d := &DeflatePeer{}
+	d.fw, _ = flate.NewWriter(&d.buf, flate.BestSpeed)
+	d.fr = flate.NewReader(&d.in)
+	return d
+}
+
+// Compress returns p compressed as the payload of one message.
+func (d *DeflatePeer) Compress(p []byte) []byte {
+	d.buf.Reset()
+	d.fw.Write(p)
+	d.fw.Flush()
+	b := bytes.Clone(d.buf.Bytes())
+	return b[:len(b)-4]
+}
+
+// Decompress inflates a message's payload, keeping context across calls.
+func (d *DeflatePeer) Decompress(t testing.TB, p []byte) []byte {
+	t.Helper()
+	d.in.Write(p)
+	d.in.Write([]byte{0, 0, 0xff, 0xff})
+	var out bytes.Buffer
+	buf := make([]byte, 4096)
+	for d.in.Len() > 0 {
+		n, err := d.fr.Read(buf)
+		out.Write(buf[:n])
+		if err != nil && err != io.EOF {
+			if err != io.ErrUnexpectedEOF {
+				t.Fatalf("inflating: %v", err)
+			}
+			break
+		}
+	}
+	return out.Bytes()
+}
