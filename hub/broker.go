@@ -28,9 +28,51 @@ type Broker interface {
 	Subscribe(handler func(topic string, msg []byte)) (unsubscribe func(), err error)
 }
 
+// InterestBroker is a Broker that routes by interest: a Hub whose Broker
+// implements it subscribes with SubscribeInterest instead of Subscribe, and
+// tells the Broker which topics have local subscribers, so that a process
+// receives only the messages of its own topics (and PublishAll's) instead of
+// the whole cluster's.
+type InterestBroker interface {
+	Broker
+
+	// SubscribeInterest is Subscribe for a handler that wants the messages
+	// published with topic "" and the all flag (Hub.PublishAll) and those
+	// of the topics it was told of through the returned Interest, and may
+	// be spared every other: from the Interest's Add of a topic until its
+	// Remove, the Broker must deliver what the cluster publishes to that
+	// topic. It may deliver more (a handler ignores what it has no
+	// subscribers for). Interest.Unsubscribe ends the subscription as
+	// Subscribe's unsubscribe does.
+	SubscribeInterest(handler func(topic string, msg []byte)) (Interest, error)
+}
+
+// Interest is the subscription of one Hub to an [InterestBroker]: the Hub
+// calls Add when a topic gains its first local subscriber and Remove when
+// it loses its last one (a connection that unsubscribes, is removed, or
+// closes), so Add and Remove alternate for each topic, starting with Add.
+//
+// The Hub calls Add and Remove with its lock held, to keep them in the
+// order of the changes they report: they must return soon (not wait for
+// the network), must not call the Hub or the handler, and may let the
+// change reach the cluster just after they return — a message published
+// elsewhere in that moment may be missed. After Unsubscribe, Add and Remove
+// do nothing.
+type Interest interface {
+	// Add starts the delivery of topic's messages. Its error, if any, is
+	// logged by the Hub, whose local subscribers still get what is
+	// published on this Hub.
+	Add(topic string) error
+	// Remove stops it.
+	Remove(topic string)
+	// Unsubscribe ends the subscription, as Broker.Subscribe's unsubscribe.
+	Unsubscribe()
+}
+
 // LocalBroker is a Broker for the Hubs of one process: Publish calls every
-// subscribed handler, in the publisher's goroutine, before it returns. It is
-// safe for concurrent use; its zero value is ready.
+// subscribed handler, in the publisher's goroutine, before it returns. It
+// does not route by interest: a handler costs a function call per message.
+// It is safe for concurrent use; its zero value is ready.
 type LocalBroker struct {
 	mu       sync.Mutex                      // serialises Subscribe and unsubscribe
 	handlers atomic.Pointer[[]*localHandler] // copy on write: Publish takes no lock

@@ -65,7 +65,9 @@ var ErrClosed = errors.New("gust: hub closed")
 // With a [Broker] (Options.Broker), what is published on one Hub reaches
 // the connections of the Hubs in other processes too, once each: a Hub
 // delivers its own messages to its connections at once and ignores them
-// when the broker brings them back.
+// when the broker brings them back. With an [InterestBroker] the Hub tells
+// the Broker which topics have local subscribers, so that a process receives
+// the messages of its own topics and PublishAll's only.
 //
 // The zero value is a Hub local to the process, ready to use; [New] makes
 // one with a Broker. A Hub is safe for concurrent use and must not be
@@ -73,6 +75,7 @@ var ErrClosed = errors.New("gust: hub closed")
 type Hub struct {
 	broker      Broker
 	unsubscribe func()
+	interest    Interest // set when broker is an InterestBroker; called with mu held
 	logger      *slog.Logger
 	id          [8]byte
 
@@ -129,7 +132,13 @@ func New(opts *Options) (*Hub, error) {
 		h.broker, h.logger = opts.Broker, opts.Logger
 	}
 	rand.Read(h.id[:])
-	if h.broker != nil {
+	if ib, ok := h.broker.(InterestBroker); ok {
+		in, err := ib.SubscribeInterest(h.fromBroker)
+		if err != nil {
+			return nil, fmt.Errorf("gust: hub: subscribing to the broker: %w", err)
+		}
+		h.interest, h.unsubscribe = in, in.Unsubscribe
+	} else if h.broker != nil {
 		unsub, err := h.broker.Subscribe(h.fromBroker)
 		if err != nil {
 			return nil, fmt.Errorf("gust: hub: subscribing to the broker: %w", err)
@@ -158,6 +167,11 @@ func (h *Hub) Subscribe(c *gust.Conn, topic string) error {
 	if set == nil {
 		set = make(map[*gust.Conn]struct{})
 		h.topics[topic] = set
+		if h.interest != nil {
+			if err := h.interest.Add(topic); err != nil {
+				h.log().Warn("gust: hub: the broker cannot route the topic to this Hub", "topic", topic, "err", err)
+			}
+		}
 	}
 	set[c] = struct{}{}
 	return nil
@@ -209,6 +223,9 @@ func (h *Hub) leaveTopicLocked(c *gust.Conn, topic string) {
 		delete(set, c)
 		if len(set) == 0 {
 			delete(h.topics, topic)
+			if h.interest != nil {
+				h.interest.Remove(topic)
+			}
 		}
 	}
 }
