@@ -10,7 +10,25 @@
 // A message published on one Hub reaches the connections of every Hub once:
 // the publishing Hub delivers to its own connections at once and ignores the
 // copy NATS brings back. Messages from one Hub reach the other Hubs in the
-// order they were published (one NATS connection, one subscription).
+// order they were published (one NATS connection, one queue).
+//
+// # Routing by interest
+//
+// The Broker is a hub.InterestBroker: a Hub subscribes in NATS to the
+// subject of each topic that has local subscribers, from its first
+// subscriber's Hub.Subscribe until its last one leaves, and to one subject
+// for PublishAll. The cost model: a Hub.Publish is one NATS message into
+// the server and one out to each instance whose Hub has subscribers to the
+// topic (the publisher included when it has some, unless its connection
+// has nats.NoEcho(), which the Hub does not need), so N instances with
+// interest cost N deliveries, and an instance receives its own topics'
+// traffic, not the cluster's; a PublishAll (and a Publish to topic "",
+// which shares its subject) is one out to every instance. A topic's
+// subscription reaches the NATS server just after Hub.Subscribe returns: a
+// message published elsewhere in that moment does not reach the new
+// subscriber. Subjects and the message format are those of the earlier
+// Broker, which subscribed every Hub to subject.>, so instances of both
+// versions work together (the earlier ones still receive everything).
 //
 // # When the NATS server goes away
 //
@@ -30,6 +48,7 @@ package gustnats
 import (
 	"encoding/base64"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -47,8 +66,6 @@ type Broker struct {
 	prefix string
 }
 
-var _ hub.Broker = (*Broker)(nil)
-
 // New returns a Broker on nc whose messages travel on subjects below
 // subject (DefaultSubject when ""): subject.<topic> for a topic made only of
 // letters, digits, '-' and '_', subject.~<base64url of the topic> for any
@@ -61,15 +78,17 @@ func New(nc *nats.Conn, subject string) *Broker {
 	return &Broker{nc: nc, prefix: subject + "."}
 }
 
+var _ hub.InterestBroker = (*Broker)(nil)
+
 // Publish sends msg on the topic's subject.
 func (b *Broker) Publish(topic string, msg []byte) error {
 	return b.nc.Publish(b.prefix+encodeTopic(topic), msg)
 }
 
 // Subscribe calls handler, from nats.go's delivery goroutine, for every
-// message published below the Broker's subject. It returns once the NATS
-// server has the subscription (or after 5 s, or at once while
-// disconnected).
+// message published below the Broker's subject, whatever its topic (a Hub
+// uses SubscribeInterest instead). It returns once the NATS server has the
+// subscription (or after 5 s, or at once while disconnected).
 func (b *Broker) Subscribe(handler func(topic string, msg []byte)) (func(), error) {
 	sub, err := b.nc.Subscribe(b.prefix+">", func(m *nats.Msg) {
 		topic, ok := decodeTopic(strings.TrimPrefix(m.Subject, b.prefix))
@@ -89,6 +108,118 @@ func (b *Broker) Subscribe(handler func(topic string, msg []byte)) (func(), erro
 		// closed already: nothing is left to stop then.
 		sub.Unsubscribe()
 	}, nil
+}
+
+// queueSize bounds the messages NATS has handed a SubscribeInterest
+// subscription and its handler has not yet taken: past it, nats.go drops
+// them and reports nats.ErrSlowConsumer to the connection's ErrorHandler.
+// 65,536 pointers: 512 KiB per subscription.
+const queueSize = 1 << 16
+
+// allToken is the subject token of PublishAll's messages (topic "" with the
+// all flag, and Hub.Publish to topic "", told apart by the Hub's envelope).
+var allToken = encodeTopic("")
+
+// SubscribeInterest calls handler, from a goroutine of its own, with the
+// messages published with PublishAll, and with those of each topic from
+// the returned Interest's Add until its Remove: a NATS subscription to
+// the topic's subject for each such topic, and one to subject.~. The
+// subscriptions share one queue, so the messages of one publishing Hub
+// reach handler in the order they were published, whatever their topics.
+//
+// It returns once the NATS server has the subscription to subject.~ (or
+// after 5 s, or at once while disconnected); Add and Remove do not wait
+// for the server. nats.go subscribes again to every subject when it
+// reconnects, and Add and Remove may be called while it is disconnected.
+func (b *Broker) SubscribeInterest(handler func(topic string, msg []byte)) (hub.Interest, error) {
+	in := &interest{b: b, ch: make(chan *nats.Msg, queueSize), done: make(chan struct{}), subs: make(map[string]*nats.Subscription)}
+	all, err := b.nc.ChanSubscribe(b.prefix+allToken, in.ch)
+	if err != nil {
+		return nil, err
+	}
+	in.subs[allToken] = all
+	go in.run(handler)
+	b.nc.FlushTimeout(5 * time.Second)
+	return in, nil
+}
+
+// interest is a SubscribeInterest subscription: its NATS subscriptions by
+// subject token, all feeding ch, which run drains until done closes.
+type interest struct {
+	b    *Broker
+	ch   chan *nats.Msg
+	done chan struct{}
+
+	mu     sync.Mutex
+	subs   map[string]*nats.Subscription
+	closed bool
+}
+
+func (in *interest) run(handler func(topic string, msg []byte)) {
+	for {
+		select {
+		case <-in.done:
+			return
+		case m := <-in.ch:
+			select {
+			case <-in.done: // Unsubscribe returned: no more calls
+				return
+			default:
+			}
+			if topic, ok := decodeTopic(strings.TrimPrefix(m.Subject, in.b.prefix)); ok {
+				handler(topic, m.Data)
+			}
+		}
+	}
+}
+
+// Add subscribes to topic's subject. Topic "" shares PublishAll's subject,
+// to which the subscription always listens.
+func (in *interest) Add(topic string) error {
+	tok := encodeTopic(topic)
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.closed || in.subs[tok] != nil {
+		return nil
+	}
+	sub, err := in.b.nc.ChanSubscribe(in.b.prefix+tok, in.ch)
+	if err != nil {
+		return err
+	}
+	in.subs[tok] = sub
+	return nil
+}
+
+// Remove unsubscribes from topic's subject.
+func (in *interest) Remove(topic string) {
+	tok := encodeTopic(topic)
+	if tok == allToken {
+		return
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if sub := in.subs[tok]; sub != nil {
+		// It fails only when the connection has closed: nothing is left
+		// to stop then.
+		sub.Unsubscribe()
+		delete(in.subs, tok)
+	}
+}
+
+// Unsubscribe ends every subscription; handler is not called again once it
+// has returned, except by the call under way.
+func (in *interest) Unsubscribe() {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.closed {
+		return
+	}
+	in.closed = true
+	for _, sub := range in.subs {
+		sub.Unsubscribe()
+	}
+	clear(in.subs)
+	close(in.done)
 }
 
 // encodeTopic makes a topic one NATS subject token: itself when it is

@@ -92,6 +92,23 @@ func (j joinRoom) OnOpen(c *gust.Conn) {
 	}
 }
 
+// OnMessage takes "join:T" and "leave:T", and answers "ok:" and the command.
+func (j joinRoom) OnMessage(c *gust.Conn, m *gust.Message) {
+	defer m.Close()
+	cmd, topic, _ := strings.Cut(string(m.Data), ":")
+	switch cmd {
+	case "join":
+		if err := j.hub.Subscribe(c, topic); err != nil {
+			panic(err)
+		}
+	case "leave":
+		j.hub.Unsubscribe(c, topic)
+	default:
+		return
+	}
+	c.WriteString("ok:" + string(m.Data))
+}
+
 func startMachine(t *testing.T, name, natsURL string, extra ...nats.Option) *machine {
 	t.Helper()
 	m := &machine{name: name, dialer: &gatedDialer{}, disconnected: make(chan struct{}, 16), reconnected: make(chan struct{}, 16)}
@@ -128,13 +145,20 @@ func startMachine(t *testing.T, name, natsURL string, extra ...nats.Option) *mac
 // client is a WebSocket client that records the text messages it gets.
 type client struct {
 	gust.BuiltinEventHandler
+	conn *gust.Conn
 	mu   sync.Mutex
 	got  []string
 	n    atomic.Int64
+	acks chan string // the server's "ok:" answers, not recorded in got
 	done chan struct{}
 }
 
 func (c *client) OnMessage(_ *gust.Conn, m *gust.Message) {
+	if strings.HasPrefix(string(m.Data), "ok:") {
+		c.acks <- string(m.Data)
+		m.Close()
+		return
+	}
 	c.mu.Lock()
 	c.got = append(c.got, string(m.Data))
 	c.mu.Unlock()
@@ -153,10 +177,12 @@ func (c *client) messages() []string {
 func (m *machine) connect(t *testing.T, n int) []*client {
 	t.Helper()
 	var cs []*client
+	before := m.hub.Stats().Connections
 	for range n {
-		c := &client{done: make(chan struct{})}
+		c := &client{acks: make(chan string, 16), done: make(chan struct{})}
 		conn, _, err := gust.Dial(context.Background(), m.url, c, nil)
 		require.NoError(t, err)
+		c.conn = conn
 		go conn.ReadLoop()
 		t.Cleanup(func() {
 			conn.Close(gust.StatusNormalClosure, "")
@@ -164,7 +190,7 @@ func (m *machine) connect(t *testing.T, n int) []*client {
 		})
 		cs = append(cs, c)
 	}
-	waitFor(t, m.name+"'s clients to join", func() bool { return m.hub.Stats().Connections == n })
+	waitFor(t, m.name+"'s clients to join", func() bool { return m.hub.Stats().Connections == before+n })
 	return cs
 }
 
