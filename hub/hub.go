@@ -69,6 +69,10 @@ var ErrClosed = errors.New("gust: hub closed")
 // the Broker which topics have local subscribers, so that a process receives
 // the messages of its own topics and PublishAll's only.
 //
+// For chat: [Hub.PublishExcept] leaves the sender out, [Hub.AppendSubscribers]
+// and [Hub.SubscriberCount] tell a topic's local members, and [Hub.Topics] a
+// connection's topics.
+//
 // The zero value is a Hub local to the process, ready to use; [New] makes
 // one with a Broker. A Hub is safe for concurrent use and must not be
 // copied after first use.
@@ -288,17 +292,26 @@ func (e hubEvents) OnClose(c *gust.Conn, err error) {
 // when Publish returns. An error from the Broker is returned after the
 // local receivers have their message.
 func (h *Hub) Publish(topic string, op gust.Opcode, p []byte) error {
-	return h.publish(topic, false, op, p)
+	return h.publish(topic, false, nil, op, p)
+}
+
+// PublishExcept is Publish to every subscriber of topic but except,
+// typically the sender of a chat message, which need not get its own
+// message back. except is a connection of this Hub (or nil, which makes it
+// Publish): the Hubs of other processes deliver the message to all their
+// subscribers of topic.
+func (h *Hub) PublishExcept(topic string, op gust.Opcode, p []byte, except *gust.Conn) error {
+	return h.publish(topic, false, except, op, p)
 }
 
 // PublishAll sends a message to every connection the Hub holds: those
 // subscribed to any topic, and with Wrap every open connection; and
 // through the Broker to every connection of the other Hubs.
 func (h *Hub) PublishAll(op gust.Opcode, p []byte) error {
-	return h.publish("", true, op, p)
+	return h.publish("", true, nil, op, p)
 }
 
-func (h *Hub) publish(topic string, all bool, op gust.Opcode, p []byte) error {
+func (h *Hub) publish(topic string, all bool, except *gust.Conn, op gust.Opcode, p []byte) error {
 	if h.closed.Load() {
 		return ErrClosed
 	}
@@ -306,7 +319,7 @@ func (h *Hub) publish(topic string, all bool, op gust.Opcode, p []byte) error {
 	if err != nil {
 		return err
 	}
-	h.deliver(topic, all, pm)
+	h.deliver(topic, all, except, pm)
 	if h.broker != nil {
 		if err := h.broker.Publish(topic, h.envelope(all, op, p)); err != nil {
 			return fmt.Errorf("gust: hub: publishing to the broker: %w", err)
@@ -315,14 +328,14 @@ func (h *Hub) publish(topic string, all bool, op gust.Opcode, p []byte) error {
 	return nil
 }
 
-// deliver queues pm in the outbox of each local receiver, and counts what
-// the outboxes refused. A connection that has closed, or that its outbox
-// closed as slow, leaves the Hub.
+// deliver queues pm in the outbox of each local receiver but except (nil
+// excepts none), and counts what the outboxes refused. A connection that
+// has closed, or that its outbox closed as slow, leaves the Hub.
 //
 // The receivers are copied out first, and queued to without h.mu held: a
 // full outbox may call the done function of a message it discards on this
 // goroutine, and that function may well call the Hub.
-func (h *Hub) deliver(topic string, all bool, pm *gust.PreparedMessage) {
+func (h *Hub) deliver(topic string, all bool, except *gust.Conn, pm *gust.PreparedMessage) {
 	lp, _ := h.lists.Get().(*[]*gust.Conn)
 	if lp == nil {
 		lp = new([]*gust.Conn)
@@ -335,7 +348,9 @@ func (h *Hub) deliver(topic string, all bool, pm *gust.PreparedMessage) {
 		}
 	} else {
 		for c := range h.topics[topic] {
-			to = append(to, c)
+			if c != except {
+				to = append(to, c)
+			}
 		}
 	}
 	done := h.done
@@ -393,6 +408,45 @@ func (h *Hub) written(err error) {
 		h.dropped.Add(1)
 	}
 	h.pending.Add(-1)
+}
+
+// AppendSubscribers appends the connections subscribed to topic on this
+// Hub (not those of other processes' Hubs) to dst, in no particular order,
+// and returns the extended slice; pass a reused dst[:0] to list a topic's
+// members without allocating. It is a snapshot: connections may subscribe,
+// leave or close as soon as it returns, and without Wrap a closed
+// connection is listed until a message is next published to it. Like every
+// method, it may be called from any goroutine, event handlers included.
+func (h *Hub) AppendSubscribers(dst []*gust.Conn, topic string) []*gust.Conn {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	dst = slices.Grow(dst, len(h.topics[topic]))
+	for c := range h.topics[topic] {
+		dst = append(dst, c)
+	}
+	return dst
+}
+
+// SubscriberCount returns the number of connections subscribed to topic on
+// this Hub, as AppendSubscribers would list them now (a snapshot too); it
+// does not allocate.
+func (h *Hub) SubscriberCount(topic string) int {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return len(h.topics[topic])
+}
+
+// Topics returns the topics c is subscribed to on this Hub, in the order it
+// joined them; nil if it has none or the Hub does not hold it. The slice is
+// a copy, the caller's to keep: a snapshot, which Subscribe and
+// Unsubscribe calls made afterwards do not change.
+func (h *Hub) Topics(c *gust.Conn) []string {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if r := h.conns[c]; r != nil && len(r.topics) > 0 {
+		return slices.Clone(r.topics)
+	}
+	return nil
 }
 
 // Stats returns the Hub's counters.
@@ -469,5 +523,5 @@ func (h *Hub) fromBroker(topic string, msg []byte) {
 		h.log().Warn("gust: hub: ignoring a broker message", "topic", topic, "err", err)
 		return
 	}
-	h.deliver(topic, msg[1]&envelopeAll != 0, pm)
+	h.deliver(topic, msg[1]&envelopeAll != 0, nil, pm)
 }

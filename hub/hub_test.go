@@ -22,8 +22,9 @@ import (
 )
 
 // hubServer runs a gust.Server on loopback whose handler is wrapped by hub.
-// Clients send "join:T" and "leave:T" to change their topics; the server
-// answers "ok:join:T" once it is done. sndbuf, when > 0, sets the send
+// Clients send "join:T" and "leave:T" to change their topics, and "say:T:text"
+// to publish text to T's other subscribers; the server answers "ok:join:T"
+// (and so on) once it is done. sndbuf, when > 0, sets the send
 // buffer of every accepted socket (small buffers make a stalled client
 // stall the server's writes sooner).
 type hubServer struct {
@@ -59,6 +60,12 @@ func (h hubHandler) OnMessage(c *gust.Conn, m *gust.Message) {
 		}
 	case "leave":
 		h.s.hub.Unsubscribe(c, topic)
+	case "say": // say:T:text, to T's other subscribers
+		topic, text, _ := strings.Cut(topic, ":")
+		if err := h.s.hub.PublishExcept(topic, gust.OpText, []byte(text), c); err != nil {
+			c.WriteString("error:" + err.Error())
+			return
+		}
 	default:
 		return
 	}
