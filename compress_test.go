@@ -2,7 +2,6 @@ package gust
 
 import (
 	"bytes"
-	"compress/flate"
 	"runtime"
 	"strings"
 	"testing"
@@ -89,22 +88,9 @@ func TestRSV1WithoutNegotiationIsAnError(t *testing.T) {
 	c.expectClose(StatusProtocolError)
 }
 
-// deflateBomb is size bytes of zeros, deflated as a peer sends them: about
-// a thousandth of the size, without the sync tail.
-func deflateBomb(size int) []byte {
-	var z bytes.Buffer
-	fw, _ := flate.NewWriter(&z, flate.BestCompression)
-	zeros := make([]byte, 1<<20)
-	for ; size > 0; size -= len(zeros) {
-		fw.Write(zeros[:min(size, len(zeros))])
-	}
-	fw.Flush()
-	return z.Bytes()[:z.Len()-4]
-}
-
 func TestInflateBombClosesWith1009(t *testing.T) {
 	// 64 MiB of zeros deflate to about 64 KiB; the limit is 1 MiB.
-	bomb := deflateBomb(64 << 20)
+	bomb := testkit.DeflateBomb(64 << 20)
 	require.Less(t, len(bomb), 1<<17)
 
 	forEachFrameMode(t, func(t *testing.T, m serverMode) {

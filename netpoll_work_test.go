@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gustws/gust/internal/testkit"
 	"github.com/stretchr/testify/require"
 )
 
@@ -23,9 +24,9 @@ func TestNetpollCompressedWorkLeavesTheLoop(t *testing.T) {
 		messages [][]byte // sent at once, deflated
 	}{
 		// 16 MiB of zeros in about 16 KiB on the wire.
-		{"one large", [][]byte{deflateBomb(16 << 20)}},
+		{"one large", [][]byte{testkit.DeflateBomb(16 << 20)}},
 		// 600 KiB each in under 1 KiB: the third passes the turn's budget.
-		{"small ones adding up", [][]byte{deflateBomb(600 << 10), deflateBomb(600 << 10), deflateBomb(600 << 10)}},
+		{"small ones adding up", [][]byte{testkit.DeflateBomb(600 << 10), testkit.DeflateBomb(600 << 10), testkit.DeflateBomb(600 << 10)}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -3,8 +3,6 @@ package gust
 import (
 	"net"
 	"time"
-
-	"github.com/gustws/gust/internal/bufpool"
 )
 
 // A transport carries a connection's bytes once its handshake is done. It
@@ -20,9 +18,10 @@ import (
 //   - netConnTransport: any other net.Conn (TLS, an HTTP/2 stream, a
 //     wrapper), through its Read and Write.
 type transport interface {
-	// read reads once into p or, when p is nil, into a pooled buffer of
-	// idleReadSize bytes it returns. With try set it does not wait: again
-	// reports that nothing had arrived. A read of 0 bytes without an error
+	// read reads once into p or, when p is nil (direct transports only),
+	// into a pooled buffer of idleReadSize bytes it takes once bytes have
+	// arrived, and returns. With try set (direct transports only) it does
+	// not wait: again reports that nothing had arrived. A read of 0 bytes without an error
 	// is tried again. Errors are wrapped as a net.Conn's Read wraps them,
 	// but io.EOF.
 	read(p []byte, try bool) (buf *[]byte, n int, again bool, err error)
@@ -60,18 +59,13 @@ func (cfg *config) idleReadSize() int { return max(cfg.ReadBufferSize, minReadBu
 // Write.
 type netConnTransport Conn
 
+// read reads into p, waiting: it is not direct, so fill always gives it a
+// buffer (a connection that cannot wait without one keeps a small one).
 func (t *netConnTransport) read(p []byte, try bool) (*[]byte, int, bool, error) {
-	c := (*Conn)(t)
-	var buf *[]byte
-	if p == nil {
-		buf = bufpool.Get(c.cfg.idleReadSize())
-		p = *buf
-	}
-	n, err := c.conn.Read(p)
+	n, err := t.conn.Read(p)
 	if n > 0 {
-		return buf, n, false, nil // an error comes again at the next read
+		return nil, n, false, nil // an error comes again at the next read
 	}
-	bufpool.Put(buf)
 	return nil, 0, false, err
 }
 

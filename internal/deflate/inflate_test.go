@@ -24,24 +24,11 @@ func newServer(p Params) *State {
 	return NewState(p, &c, true, nil)
 }
 
-// bomb is size bytes of zeros, deflated as a peer sends them: about a
-// thousandth of the size, without the sync tail.
-func bomb(size int) []byte {
-	var z bytes.Buffer
-	fw, _ := flate.NewWriter(&z, flate.BestCompression)
-	zeros := make([]byte, 1<<20)
-	for ; size > 0; size -= len(zeros) {
-		fw.Write(zeros[:min(size, len(zeros))])
-	}
-	fw.Flush()
-	return z.Bytes()[:z.Len()-4]
-}
-
 // TestInflateBombAllocatesAtMostTheLimit checks what refusing a bomb
 // costs: the output buffers stop at the limit, whatever the limit, instead
 // of doubling past it.
 func TestInflateBombAllocatesAtMostTheLimit(t *testing.T) {
-	src := append(bomb(64<<20), Tail...)
+	src := append(testkit.DeflateBomb(64<<20), Tail...)
 	for _, limit := range []int64{16 << 20, 4 << 20, 3<<20 + 1, 3 << 20, 600 << 10} {
 		t.Run(fmt.Sprint(limit), func(t *testing.T) {
 			d := newServer(Params{})

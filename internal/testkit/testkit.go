@@ -92,3 +92,16 @@ func (d *DeflatePeer) Decompress(t testing.TB, p []byte) []byte {
 	}
 	return out.Bytes()
 }
+
+// DeflateBomb is size bytes of zeros, deflated as a peer sends them: about
+// a thousandth of the size, without the sync tail.
+func DeflateBomb(size int) []byte {
+	var z bytes.Buffer
+	fw, _ := flate.NewWriter(&z, flate.BestCompression)
+	zeros := make([]byte, 1<<20)
+	for ; size > 0; size -= len(zeros) {
+		fw.Write(zeros[:min(size, len(zeros))])
+	}
+	fw.Flush()
+	return z.Bytes()[:z.Len()-4]
+}
