@@ -38,7 +38,8 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// ErrClosed is returned by a Hub's methods after Close.
+// ErrClosed is returned by the methods of a Hub, or of a Presence, after
+// Close.
 var ErrClosed = errors.New("gust: hub closed")
 
 // Hub sends messages to the connections subscribed to a topic, or to every

@@ -1,0 +1,213 @@
+package hub_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gustws/gust/hub"
+)
+
+// recorder collects a watcher's events.
+type recorder struct {
+	mu     sync.Mutex
+	events []hub.PresenceEvent
+}
+
+func (r *recorder) add(ev hub.PresenceEvent) {
+	r.mu.Lock()
+	r.events = append(r.events, ev)
+	r.mu.Unlock()
+}
+
+func (r *recorder) get() []hub.PresenceEvent {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]hub.PresenceEvent(nil), r.events...)
+}
+
+// waitEvents waits until r has n events and returns them.
+func (r *recorder) waitEvents(t *testing.T, n int) []hub.PresenceEvent {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("%d presence events", n), 5*time.Second, func() bool { return len(r.get()) >= n })
+	return r.get()
+}
+
+func joined(topic, member string) hub.PresenceEvent {
+	return hub.PresenceEvent{Topic: topic, Member: member, Joined: true}
+}
+
+func left(topic, member string) hub.PresenceEvent {
+	return hub.PresenceEvent{Topic: topic, Member: member}
+}
+
+// Joins are counted per member: a watcher hears of the first join and the
+// last leave only; Members is sorted and per topic.
+func TestLocalPresenceCounts(t *testing.T) {
+	var p hub.LocalPresence
+	var r recorder
+	stop, err := p.Watch("room", r.add)
+	require.NoError(t, err)
+	defer stop()
+
+	require.NoError(t, p.Join("room", "carol"))
+	require.NoError(t, p.Join("room", "ann"))
+	require.NoError(t, p.Join("room", "ann")) // a second tab
+	require.NoError(t, p.Join("other", "bob"))
+	require.NoError(t, p.Leave("room", "nobody"))
+	require.NoError(t, p.Leave("other", "ann"))
+	require.Equal(t, []string{"ann", "carol"}, p.Members(nil, "room"))
+	require.Equal(t, []string{"x", "bob"}, p.Members([]string{"x"}, "other"))
+	require.Empty(t, p.Members(nil, "empty"))
+
+	require.NoError(t, p.Leave("room", "ann"))
+	require.Equal(t, []string{"ann", "carol"}, p.Members(nil, "room"), "one tab is left")
+	require.NoError(t, p.Leave("room", "ann"))
+	require.Equal(t, []string{"carol"}, p.Members(nil, "room"))
+	require.NoError(t, p.Leave("room", "ann"), "one leave too many")
+	require.NoError(t, p.Join("room", "ann"))
+
+	want := []hub.PresenceEvent{joined("room", "carol"), joined("room", "ann"), left("room", "ann"), joined("room", "ann")}
+	require.Equal(t, want, r.waitEvents(t, len(want)))
+	time.Sleep(20 * time.Millisecond) // an extra event would show now
+	require.Equal(t, want, r.get())
+}
+
+// A watcher hears of the changes made after Watch, not of those before,
+// even when they are not yet told; after stop it hears nothing. Watchers
+// may call the Presence.
+func TestLocalPresenceWatch(t *testing.T) {
+	p := hub.NewLocalPresence()
+	block := make(chan struct{})
+	var first recorder
+	stop1, err := p.Watch("room", func(ev hub.PresenceEvent) {
+		first.add(ev)
+		if ev.Member == "ann" {
+			<-block // hold the queue: bob's join waits behind it
+		}
+		p.Members(nil, ev.Topic) // watchers may call the Presence
+	})
+	require.NoError(t, err)
+	require.NoError(t, p.Join("room", "ann"))
+	require.NoError(t, p.Join("room", "bob"))
+	waitFor(t, "ann's join to be told", 5*time.Second, func() bool { return len(first.get()) == 1 })
+
+	var second recorder
+	stop2, err := p.Watch("room", func(ev hub.PresenceEvent) {
+		second.add(ev)
+		if ev.Member == "carol" {
+			assert.NoError(t, p.Join("room", "dave")) // and change it
+		}
+	})
+	require.NoError(t, err)
+	require.NoError(t, p.Join("room", "carol"))
+	close(block)
+	want := []hub.PresenceEvent{joined("room", "ann"), joined("room", "bob"), joined("room", "carol"), joined("room", "dave")}
+	require.Equal(t, want, first.waitEvents(t, 4))
+	require.Equal(t, want[2:], second.waitEvents(t, 2))
+
+	stop2()
+	stop2() // a second stop does nothing
+	require.NoError(t, p.Leave("room", "dave"))
+	require.Equal(t, left("room", "dave"), first.waitEvents(t, 5)[4])
+	stop1()
+	require.NoError(t, p.Leave("room", "carol"))
+	time.Sleep(20 * time.Millisecond)
+	require.Len(t, first.get(), 5)
+	require.Len(t, second.get(), 2)
+}
+
+// Concurrent joins and leaves: each member's events alternate, starting
+// with a join, and replaying them gives Members.
+func TestLocalPresenceConcurrent(t *testing.T) {
+	var p hub.LocalPresence
+	var r recorder
+	stop, err := p.Watch("room", r.add)
+	require.NoError(t, err)
+	defer stop()
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 500 {
+				m := fmt.Sprint("m", (g+i)%7)
+				assert.NoError(t, p.Join("room", m))
+				if i%3 != 0 {
+					assert.NoError(t, p.Leave("room", m))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	final := p.Members(nil, "room")
+	require.NotEmpty(t, final)
+	// The last event of each member says whether it is in.
+	in := map[string]bool{}
+	waitFor(t, "the events to settle", 5*time.Second, func() bool {
+		clear(in)
+		for _, ev := range r.get() {
+			require.NotEqual(t, in[ev.Member], ev.Joined, "%s: two events of one kind in a row", ev.Member)
+			in[ev.Member] = ev.Joined
+		}
+		var now []string
+		for m, ok := range in {
+			if ok {
+				now = append(now, m)
+			}
+		}
+		return len(now) == len(final)
+	})
+	for _, m := range final {
+		require.True(t, in[m], m)
+	}
+}
+
+func TestLocalPresenceClose(t *testing.T) {
+	var p hub.LocalPresence
+	var r recorder
+	_, err := p.Watch("room", r.add)
+	require.NoError(t, err)
+	require.NoError(t, p.Join("room", "ann"))
+	r.waitEvents(t, 1)
+	require.NoError(t, p.Close())
+	require.ErrorIs(t, p.Join("room", "bob"), hub.ErrClosed)
+	require.ErrorIs(t, p.Leave("room", "ann"), hub.ErrClosed)
+	_, err = p.Watch("room", r.add)
+	require.ErrorIs(t, err, hub.ErrClosed)
+	require.Empty(t, p.Members(nil, "room"))
+	require.NoError(t, p.Close())
+	require.Len(t, r.get(), 1)
+}
+
+// A chat room on one process: two tabs of ann count once; the watcher (a
+// server that tells its connections) hears of ann when she first comes and
+// when her last tab closes.
+func ExampleLocalPresence() {
+	var p hub.LocalPresence
+	events := make(chan hub.PresenceEvent, 8)
+	stop, _ := p.Watch("lobby", func(ev hub.PresenceEvent) { events <- ev })
+	defer stop()
+
+	p.Join("lobby", "ann") // first tab
+	p.Join("lobby", "bob")
+	p.Join("lobby", "ann")  // second tab
+	p.Leave("lobby", "ann") // one tab closes: ann stays
+	fmt.Println(p.Members(nil, "lobby"))
+	p.Leave("lobby", "ann")
+	fmt.Println(p.Members(nil, "lobby"))
+	for range 3 {
+		ev := <-events
+		fmt.Println(ev.Member, ev.Joined)
+	}
+	// Output:
+	// [ann bob]
+	// [bob]
+	// ann true
+	// bob true
+	// ann false
+}
