@@ -16,14 +16,33 @@
 // With -start-signal the publisher waits for SIGUSR1 before its first
 // message, so that a benchmark can connect its clients first.
 //
-// With -debug ADDR it serves net/http/pprof there, and /debug/stats: the
-// Hub's counters as a JSON object (connections, connections_max,
-// published, delivered, dropped, closed_slow, pending). On SIGINT or
-// SIGTERM the process shuts the server down and prints the same object on
-// stdout, with the counters as they were before the shutdown.
+// With -topics N the clients join topics instead, t0 to t<N-1>, placed
+// over -instances processes of which this is number -instance (from 0):
+// this process holds a block of N/instances topics, and its k-th client
+// joins the block's topic k mod N/instances, so each topic's subscribers
+// all live on one process. With -publish, each process then publishes to
+// its share of all N topics (those t with t mod instances == instance,
+// most of them held elsewhere): -count rounds of one message to each, a
+// round spread evenly over -interval, the message numbered by its round,
+// so every client still gets messages 1, 2, ... one per -interval.
 //
-// scripts/bench-push-nats runs several of these with a nats-server and
-// gustload; see benchmark/README.md.
+// -route selects how the Hub subscribes in NATS: interest (the default),
+// the Broker as it is, a subscription per topic with local subscribers;
+// or all, the Broker wrapped to show only hub.Broker's methods, so the Hub
+// subscribes to every subject and NATS brings it the whole cluster's
+// traffic, as every Hub did before cluster/nats routed by interest.
+//
+// With -debug ADDR it serves net/http/pprof there, and /debug/stats: a JSON
+// object with the Hub's counters (connections, connections_max, topics
+// with local subscribers, published, delivered, dropped, closed_slow,
+// pending), what NATS delivered to the process (nats_in_msgs,
+// nats_in_bytes) and how many of those messages were for its own topics
+// (own_in: those it holds, and PublishAll's). On SIGINT or SIGTERM the
+// process shuts the server down and prints the same object on stdout, with
+// the counters as they were before the shutdown.
+//
+// scripts/bench-push-nats and scripts/bench-route-nats run several of
+// these with a nats-server and gustload; see benchmark/README.md.
 package main
 
 import (
@@ -49,16 +68,19 @@ import (
 	"github.com/gustws/gust/hub"
 )
 
-// counter counts the open connections; the Hub's Wrap does the rest.
+// counter counts the open connections and, with -topics, subscribes each
+// to its topic; the Hub's Wrap does the rest.
 type counter struct {
 	gust.BuiltinEventHandler
 	open, peak atomic.Int64
+	joiner     *joiner
 }
 
-func (c *counter) OnOpen(*gust.Conn) {
+func (c *counter) OnOpen(conn *gust.Conn) {
 	n := c.open.Add(1)
 	for p := c.peak.Load(); n > p && !c.peak.CompareAndSwap(p, n); p = c.peak.Load() {
 	}
+	c.joiner.join(conn)
 }
 
 func (c *counter) OnClose(*gust.Conn, error) { c.open.Add(-1) }
@@ -79,13 +101,18 @@ func message(seq uint64, size int) []byte {
 type stats struct {
 	Addr           string `json:"addr"`
 	Mode           string `json:"mode"`
+	Route          string `json:"route"`
 	Connections    int64  `json:"connections"`
 	ConnectionsMax int64  `json:"connections_max"`
+	Topics         int    `json:"topics"`
 	Published      uint64 `json:"published"`
 	Delivered      uint64 `json:"delivered"`
 	Dropped        uint64 `json:"dropped"`
 	ClosedSlow     uint64 `json:"closed_slow"`
 	Pending        int64  `json:"pending"`
+	NATSInMsgs     uint64 `json:"nats_in_msgs"`
+	NATSInBytes    uint64 `json:"nats_in_bytes"`
+	OwnIn          uint64 `json:"own_in"`
 }
 
 func main() {
@@ -93,16 +120,27 @@ func main() {
 	subject := flag.String("subject", gustnats.DefaultSubject, "NATS subject prefix the Hubs share")
 	addr := flag.String("addr", "127.0.0.1:8080", "address to serve WebSocket clients on")
 	mode := flag.String("mode", "netpoll", "netpoll (gust.Options.Netpoll) or goroutine")
-	publish := flag.Bool("publish", false, "publish: this is the one process that sends the messages")
+	publish := flag.Bool("publish", false, "publish: without -topics, this is the one process that sends the messages; with -topics, each process sends its share")
 	size := flag.Int("size", 1024, "message size in bytes")
-	interval := flag.Duration("interval", time.Second, "time between two messages")
-	count := flag.Uint64("count", 0, "with -publish: stop after this many messages (0: no end)")
+	interval := flag.Duration("interval", time.Second, "time between two messages (with -topics: a round's length)")
+	count := flag.Uint64("count", 0, "with -publish: stop after this many messages (with -topics: rounds; 0: no end)")
 	startSignal := flag.Bool("start-signal", false, "with -publish: wait for SIGUSR1 before the first message")
 	queue := flag.Int("queue", 0, "outbox size per connection (0: gust's default, 256)")
 	debugAddr := flag.String("debug", "", "serve net/http/pprof and /debug/stats on this address (off when empty)")
+	route := flag.String("route", "interest", "interest (a NATS subscription per topic with local subscribers) or all (every subject, as before routing by interest)")
+	topics := flag.Int("topics", 0, "topics t0..t<N-1> over the -instances processes; the clients join this process's (0: no topics, -publish uses PublishAll)")
+	instances := flag.Int("instances", 1, "with -topics: the number of processes the topics are placed on")
+	instance := flag.Int("instance", 0, "with -topics: this process's number, 0 to -instances - 1")
 	flag.Parse()
 	if *size < 32 || *interval <= 0 {
 		log.Fatal("pushserver: -size must be at least 32 and -interval positive")
+	}
+	place := placement{topics: *topics, instances: *instances, instance: *instance}
+	if *topics < 0 || *instances < 1 || *instance < 0 || *instance >= *instances || *topics > 0 && *topics < *instances {
+		log.Fatal("pushserver: want -topics >= 0, -instances >= 1, 0 <= -instance < -instances, and with -topics at least one topic per instance")
+	}
+	if *route != "interest" && *route != "all" {
+		log.Fatalf("pushserver: -route %q: want interest or all", *route)
 	}
 	var netpoll bool
 	switch *mode {
@@ -118,11 +156,20 @@ func main() {
 		log.Fatalf("pushserver: connecting to NATS at %s: %v", *natsURL, err)
 	}
 	defer nc.Close()
-	h, err := hub.New(&hub.Options{Broker: gustnats.New(nc, *subject)})
+	var held []string
+	if *topics > 0 {
+		held = place.held()
+	}
+	rc := newRouteCounter(held)
+	broker, err := newBroker(*route, gustnats.New(nc, *subject), rc)
 	if err != nil {
 		log.Fatalf("pushserver: %v", err)
 	}
-	events := new(counter)
+	h, err := hub.New(&hub.Options{Broker: broker})
+	if err != nil {
+		log.Fatalf("pushserver: %v", err)
+	}
+	events := &counter{joiner: &joiner{h: h, held: held}}
 	srv := &gust.Server{Upgrader: gust.Upgrader{
 		Handler: h.Wrap(events),
 		Options: gust.Options{
@@ -133,11 +180,12 @@ func main() {
 	}}
 	var published atomic.Uint64
 	snapshot := func() stats {
-		st := h.Stats()
+		st, ns := h.Stats(), nc.Stats()
 		return stats{
-			Addr: *addr, Mode: *mode, Connections: events.open.Load(), ConnectionsMax: events.peak.Load(),
-			Published: published.Load(), Delivered: st.Delivered, Dropped: st.Dropped,
+			Addr: *addr, Mode: *mode, Route: *route, Connections: events.open.Load(), ConnectionsMax: events.peak.Load(),
+			Topics: st.Topics, Published: published.Load(), Delivered: st.Delivered, Dropped: st.Dropped,
 			ClosedSlow: st.ClosedSlow, Pending: st.Pending,
+			NATSInMsgs: ns.InMsgs, NATSInBytes: ns.InBytes, OwnIn: rc.ownIn.Load(),
 		}
 	}
 	if *debugAddr != "" {
@@ -164,6 +212,11 @@ func main() {
 				return
 			}
 			signal.Stop(start)
+			if *topics > 0 {
+				publishTopics(ctx, h, place.published(), *count, *interval, *size, &published)
+				log.Printf("pushserver: published %d messages", published.Load())
+				return
+			}
 			tick := time.NewTicker(*interval)
 			defer tick.Stop()
 			for seq := uint64(1); *count == 0 || seq <= *count; seq++ {
@@ -203,7 +256,8 @@ func main() {
 
 	served := make(chan error, 1)
 	go func() { served <- srv.ListenAndServe(*addr) }()
-	log.Printf("pushserver on ws://%s/ (%s mode), NATS %s, publish %v", *addr, *mode, *natsURL, *publish)
+	log.Printf("pushserver on ws://%s/ (%s mode), NATS %s, route %s, %d of %d topics held, publish %v",
+		*addr, *mode, *natsURL, *route, len(held), *topics, *publish)
 	select {
 	case err := <-served:
 		log.Fatalf("pushserver: %v", err)
