@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 )
@@ -45,6 +46,46 @@ type InterestBroker interface {
 	// subscribers for). Interest.Unsubscribe ends the subscription as
 	// Subscribe's unsubscribe does.
 	SubscribeInterest(handler func(topic string, msg []byte)) (Interest, error)
+}
+
+// HistoryBroker is an InterestBroker that numbers and keeps each topic's
+// recent messages, so that a connection that comes back misses nothing
+// ([Hub.SubscribeSince]). With one, a Hub sends its messages only through
+// the Broker and delivers them, its own included, when the Broker brings
+// them back numbered: every process delivers a topic's messages in the
+// same order, each framed with its sequence (Options.Frame).
+type HistoryBroker interface {
+	InterestBroker
+
+	// SubscribeHistory is SubscribeInterest for a handler that gets each
+	// message as a Record, from one goroutine, in the order of their
+	// sequences within a topic — its own Hub's messages included, once
+	// Publish has stored them.
+	SubscribeHistory(handler func(Record)) (Interest, error)
+
+	// History calls f, in order, with the records of topic that the
+	// history holds from sequence since on: since itself first when it
+	// still holds it, which tells that nothing after it is lost. It stops
+	// at f's first error and returns it. Every message stored before
+	// History is called is among them, and every message stored after
+	// reaches the SubscribeHistory handler once its Interest has added
+	// topic (History is called after Add): nothing falls between.
+	History(ctx context.Context, topic string, since uint64, f func(Record) error) error
+}
+
+// Record is a message as a HistoryBroker numbers it.
+type Record struct {
+	Topic string
+	// Seq is the message's sequence: it grows with each message of the
+	// topic, not necessarily by one (a NATS stream numbers the messages
+	// of all topics together).
+	Seq uint64
+	// Prev is the sequence of the topic's message before this one that
+	// the history held when this one was stored; 0 when none.
+	Prev uint64
+	// Msg is what the Hub handed Publish. It is the handler's only while
+	// it runs.
+	Msg []byte
 }
 
 // Interest is the subscription of one Hub to an [InterestBroker]: the Hub

@@ -13,6 +13,7 @@ package hub
 
 import (
 	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -36,6 +37,14 @@ type Options struct {
 	// attributes. Default: slog.Default(), as it is when the record is
 	// made.
 	Logger *slog.Logger
+
+	// Frame, with a HistoryBroker, makes the WebSocket message that a
+	// connection receives for each Notice: a message with its topic
+	// sequence, a gap, the end of a recovery. It appends to dst and returns
+	// the result and its opcode. Default: [FrameJSON]. Without a
+	// HistoryBroker the Hub sends payloads as they were published and does
+	// not call it.
+	Frame func(dst []byte, n Notice) ([]byte, gust.Opcode)
 }
 
 // ErrClosed is returned by the methods of a Hub, or of a Presence, after
@@ -83,11 +92,14 @@ type Hub struct {
 	interest    Interest // set when broker is an InterestBroker; called with mu held
 	logger      *slog.Logger
 	id          [8]byte
+	hist        *history // set when broker is a HistoryBroker
 
 	closed atomic.Bool
 	mu     sync.RWMutex
-	topics map[string]map[*gust.Conn]struct{}
+	topics map[string]*topicSet
 	conns  map[*gust.Conn]*receiver
+	ids    map[uint64]*gust.Conn // with a HistoryBroker: receivers by id, for PublishExcept
+	nextID uint64
 	done   func(error) // h.written, bound once: every queued message carries it
 	lists  sync.Pool   // *[]*gust.Conn: deliver's copies of the receivers
 
@@ -101,7 +113,20 @@ type Hub struct {
 // Hub.mu.
 type receiver struct {
 	topics []string
-	pinned bool // joined through Wrap: stays without topics
+	pinned bool   // joined through Wrap: stays without topics
+	id     uint64 // with a HistoryBroker: names it in PublishExcept's envelope
+}
+
+// topicSet is a topic's local subscribers; guarded by Hub.mu.
+type topicSet struct {
+	// conns maps each subscriber to its recovery under way
+	// (Hub.SubscribeSince), nil once it receives the topic's messages as
+	// they come.
+	conns map[*gust.Conn]*replay
+	// last is, with a HistoryBroker, the sequence of the last message
+	// delivered, set only by the Broker's handler goroutine: a message
+	// whose Prev is past it tells of messages this process missed.
+	last atomic.Uint64
 }
 
 // Stats are a Hub's counters, from its start.
@@ -137,7 +162,14 @@ func New(opts *Options) (*Hub, error) {
 		h.broker, h.logger = opts.Broker, opts.Logger
 	}
 	rand.Read(h.id[:])
-	if ib, ok := h.broker.(InterestBroker); ok {
+	if hb, ok := h.broker.(HistoryBroker); ok {
+		h.hist = newHistory(hb, opts.Frame)
+		in, err := hb.SubscribeHistory(h.fromHistory)
+		if err != nil {
+			return nil, fmt.Errorf("gust: hub: subscribing to the broker: %w", err)
+		}
+		h.interest, h.unsubscribe = in, in.Unsubscribe
+	} else if ib, ok := h.broker.(InterestBroker); ok {
 		in, err := ib.SubscribeInterest(h.fromBroker)
 		if err != nil {
 			return nil, fmt.Errorf("gust: hub: subscribing to the broker: %w", err)
@@ -158,19 +190,26 @@ func New(opts *Options) (*Hub, error) {
 // after Close. A connection that has already closed is held until a message
 // is next published to it.
 func (h *Hub) Subscribe(c *gust.Conn, topic string) error {
+	_, err := h.subscribe(c, topic, nil)
+	return err
+}
+
+// subscribe adds c to topic's receivers, recovering through rp if not nil,
+// and reports whether c was not subscribed yet.
+func (h *Hub) subscribe(c *gust.Conn, topic string, rp *replay) (bool, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	r, err := h.holdLocked(c)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if slices.Contains(r.topics, topic) {
-		return nil
+		return false, nil
 	}
 	r.topics = append(r.topics, topic)
 	set := h.topics[topic]
 	if set == nil {
-		set = make(map[*gust.Conn]struct{})
+		set = &topicSet{conns: make(map[*gust.Conn]*replay)}
 		h.topics[topic] = set
 		if h.interest != nil {
 			if err := h.interest.Add(topic); err != nil {
@@ -178,8 +217,8 @@ func (h *Hub) Subscribe(c *gust.Conn, topic string) error {
 			}
 		}
 	}
-	set[c] = struct{}{}
-	return nil
+	set.conns[c] = rp
+	return true, nil
 }
 
 // holdLocked returns c's receiver, making it (and, in a zero Hub, the
@@ -193,11 +232,19 @@ func (h *Hub) holdLocked(c *gust.Conn) (*receiver, error) {
 	}
 	if h.conns == nil {
 		h.conns = make(map[*gust.Conn]*receiver)
-		h.topics = make(map[string]map[*gust.Conn]struct{})
+		h.topics = make(map[string]*topicSet)
 		h.done = h.written
 	}
 	r := &receiver{}
 	h.conns[c] = r
+	if h.hist != nil {
+		if h.ids == nil {
+			h.ids = make(map[uint64]*gust.Conn)
+		}
+		h.nextID++
+		r.id = h.nextID
+		h.ids[r.id] = c
+	}
 	return r, nil
 }
 
@@ -219,14 +266,22 @@ func (h *Hub) Unsubscribe(c *gust.Conn, topic string) {
 	r.topics = slices.Delete(r.topics, i, i+1)
 	h.leaveTopicLocked(c, topic)
 	if len(r.topics) == 0 && !r.pinned {
-		delete(h.conns, c)
+		h.dropLocked(c, r)
+	}
+}
+
+// dropLocked lets go of c, whose receiver is r.
+func (h *Hub) dropLocked(c *gust.Conn, r *receiver) {
+	delete(h.conns, c)
+	if r.id != 0 {
+		delete(h.ids, r.id)
 	}
 }
 
 func (h *Hub) leaveTopicLocked(c *gust.Conn, topic string) {
 	if set := h.topics[topic]; set != nil {
-		delete(set, c)
-		if len(set) == 0 {
+		delete(set.conns, c)
+		if len(set.conns) == 0 {
 			delete(h.topics, topic)
 			if h.interest != nil {
 				h.interest.Remove(topic)
@@ -243,7 +298,7 @@ func (h *Hub) Remove(c *gust.Conn) {
 		for _, t := range r.topics {
 			h.leaveTopicLocked(c, t)
 		}
-		delete(h.conns, c)
+		h.dropLocked(c, r)
 	}
 	h.mu.Unlock()
 }
@@ -292,6 +347,12 @@ func (e hubEvents) OnClose(c *gust.Conn, err error) {
 // message once and queues it in each receiver's outbox. p may be reused
 // when Publish returns. An error from the Broker is returned after the
 // local receivers have their message.
+//
+// With a HistoryBroker, Publish returns once the Broker has numbered and
+// stored the message, and every Hub, this one included, delivers it when
+// the Broker brings it back, framed by Options.Frame with its sequence:
+// the connections of every process get a topic's messages in one order.
+// When the Broker fails, no connection gets the message.
 func (h *Hub) Publish(topic string, op gust.Opcode, p []byte) error {
 	return h.publish(topic, false, nil, op, p)
 }
@@ -316,13 +377,16 @@ func (h *Hub) publish(topic string, all bool, except *gust.Conn, op gust.Opcode,
 	if h.closed.Load() {
 		return ErrClosed
 	}
+	if h.hist != nil {
+		return h.publishHistory(topic, all, except, op, p)
+	}
 	pm, err := gust.NewPreparedMessage(op, p)
 	if err != nil {
 		return err
 	}
-	h.deliver(topic, all, except, pm)
+	h.deliver(topic, all, except, pm, 0)
 	if h.broker != nil {
-		if err := h.broker.Publish(topic, h.envelope(all, op, p)); err != nil {
+		if err := h.broker.Publish(topic, h.envelope(all, op, p, 0)); err != nil {
 			return fmt.Errorf("gust: hub: publishing to the broker: %w", err)
 		}
 	}
@@ -331,12 +395,14 @@ func (h *Hub) publish(topic string, all bool, except *gust.Conn, op gust.Opcode,
 
 // deliver queues pm in the outbox of each local receiver but except (nil
 // excepts none), and counts what the outboxes refused. A connection that
-// has closed, or that its outbox closed as slow, leaves the Hub.
+// has closed, or that its outbox closed as slow, leaves the Hub. With a
+// HistoryBroker, seq is pm's topic sequence, and a receiver still
+// recovering the topic gets pm after its recovery.
 //
 // The receivers are copied out first, and queued to without h.mu held: a
 // full outbox may call the done function of a message it discards on this
 // goroutine, and that function may well call the Hub.
-func (h *Hub) deliver(topic string, all bool, except *gust.Conn, pm *gust.PreparedMessage) {
+func (h *Hub) deliver(topic string, all bool, except *gust.Conn, pm *gust.PreparedMessage, seq uint64) {
 	lp, _ := h.lists.Get().(*[]*gust.Conn)
 	if lp == nil {
 		lp = new([]*gust.Conn)
@@ -347,9 +413,13 @@ func (h *Hub) deliver(topic string, all bool, except *gust.Conn, pm *gust.Prepar
 		for c := range h.conns {
 			to = append(to, c)
 		}
-	} else {
-		for c := range h.topics[topic] {
-			if c != except {
+	} else if set := h.topics[topic]; set != nil {
+		for c, rp := range set.conns {
+			switch {
+			case c == except:
+			case rp != nil:
+				rp.later(seq, pm)
+			default:
 				to = append(to, c)
 			}
 		}
@@ -421,8 +491,12 @@ func (h *Hub) written(err error) {
 func (h *Hub) AppendSubscribers(dst []*gust.Conn, topic string) []*gust.Conn {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	dst = slices.Grow(dst, len(h.topics[topic]))
-	for c := range h.topics[topic] {
+	set := h.topics[topic]
+	if set == nil {
+		return dst
+	}
+	dst = slices.Grow(dst, len(set.conns))
+	for c := range set.conns {
 		dst = append(dst, c)
 	}
 	return dst
@@ -434,7 +508,10 @@ func (h *Hub) AppendSubscribers(dst []*gust.Conn, topic string) []*gust.Conn {
 func (h *Hub) SubscriberCount(topic string) int {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	return len(h.topics[topic])
+	if set := h.topics[topic]; set != nil {
+		return len(set.conns)
+	}
+	return 0
 }
 
 // Topics returns the topics c is subscribed to on this Hub, in the order it
@@ -475,30 +552,45 @@ func (h *Hub) Close() error {
 	if h.unsubscribe != nil {
 		h.unsubscribe()
 	}
+	if h.hist != nil {
+		h.hist.close() // ends the recoveries under way
+	}
 	h.mu.Lock()
 	clear(h.conns)
 	clear(h.topics)
+	clear(h.ids)
 	h.mu.Unlock()
 	return nil
 }
 
 // The envelope a Hub hands its Broker: a version byte, flags, the opcode,
-// the publishing Hub's id, then the payload.
+// the publishing Hub's id, with envelopeExcept the id of the receiver to
+// leave out (8 bytes, big-endian: only a HistoryBroker brings a message
+// back to the Hub that published it), then the payload.
 const (
 	envelopeVersion = 1
 	envelopeAll     = 1 << 0
+	envelopeExcept  = 1 << 1
 	envelopeHeader  = 3 + 8
 )
 
-func (h *Hub) envelope(all bool, op gust.Opcode, p []byte) []byte {
-	b := make([]byte, envelopeHeader+len(p))
+func (h *Hub) envelope(all bool, op gust.Opcode, p []byte, except uint64) []byte {
+	n := envelopeHeader
+	if except != 0 {
+		n += 8
+	}
+	b := make([]byte, n+len(p))
 	b[0] = envelopeVersion
 	if all {
 		b[1] = envelopeAll
 	}
 	b[2] = byte(op)
 	copy(b[3:], h.id[:])
-	copy(b[envelopeHeader:], p)
+	if except != 0 {
+		b[1] |= envelopeExcept
+		binary.BigEndian.PutUint64(b[envelopeHeader:], except)
+	}
+	copy(b[n:], p)
 	return b
 }
 
@@ -512,17 +604,18 @@ func (h *Hub) log() *slog.Logger {
 
 // fromBroker delivers a message another Hub published.
 func (h *Hub) fromBroker(topic string, msg []byte) {
-	if len(msg) < envelopeHeader || msg[0] != envelopeVersion {
+	env, err := decodeEnvelope(msg)
+	if err != nil {
 		h.log().Warn("gust: hub: ignoring a broker message that is not a hub envelope", "topic", topic)
 		return
 	}
-	if [8]byte(msg[3:11]) == h.id || h.closed.Load() {
+	if env.from == h.id || h.closed.Load() {
 		return // our own, delivered when it was published
 	}
-	pm, err := gust.NewPreparedMessage(gust.Opcode(msg[2]), msg[envelopeHeader:])
+	pm, err := gust.NewPreparedMessage(env.op, env.payload)
 	if err != nil {
 		h.log().Warn("gust: hub: ignoring a broker message", "topic", topic, "err", err)
 		return
 	}
-	h.deliver(topic, msg[1]&envelopeAll != 0, nil, pm)
+	h.deliver(topic, env.all, nil, pm, 0)
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -60,6 +61,13 @@ func (h hubHandler) OnMessage(c *gust.Conn, m *gust.Message) {
 		}
 	case "leave":
 		h.s.hub.Unsubscribe(c, topic)
+	case "since": // since:T:N, SubscribeSince(T, N)
+		topic, n, _ := strings.Cut(topic, ":")
+		seq, _ := strconv.ParseUint(n, 10, 64)
+		if err := h.s.hub.SubscribeSince(c, topic, seq); err != nil {
+			c.WriteString("error:" + err.Error())
+			return
+		}
 	case "say": // say:T:text, to T's other subscribers
 		topic, text, _ := strings.Cut(topic, ":")
 		if err := h.s.hub.PublishExcept(topic, gust.OpText, []byte(text), c); err != nil {
