@@ -43,6 +43,15 @@
 // nats.ReconnectBufSize(-1), Hub.Publish returns the error
 // (nats.ErrReconnectBufExceeded) and the message reaches the local
 // connections only. The tests show each case.
+//
+// # Presence
+//
+// [NewPresence] makes a hub.Presence on the same NATS server: who is in a
+// topic across the instances, with join and leave events; the members of
+// an instance that dies without a word leave after an expiry, so no ghost
+// stays. Its subjects lie below a prefix of their own (gust.presence), apart
+// from the Broker's; [Presence] tells what it costs and what each failure
+// does.
 package gustnats
 
 import (
