@@ -141,30 +141,38 @@ var allToken = encodeTopic("")
 // for the server. nats.go subscribes again to every subject when it
 // reconnects, and Add and Remove may be called while it is disconnected.
 func (b *Broker) SubscribeInterest(handler func(topic string, msg []byte)) (hub.Interest, error) {
-	in := &interest{b: b, ch: make(chan *nats.Msg, queueSize), done: make(chan struct{}), subs: make(map[string]*nats.Subscription)}
-	all, err := b.nc.ChanSubscribe(b.prefix+allToken, in.ch)
+	return subscribeInterest(b.nc, b.prefix, func(topic string, m *nats.Msg) { handler(topic, m.Data) })
+}
+
+// subscribeInterest subscribes to prefix+"~" and returns the Interest that
+// subscribes to prefix+<topic> for each topic it adds, calling handle with
+// each message and its topic from a goroutine of its own.
+func subscribeInterest(nc *nats.Conn, prefix string, handle func(topic string, m *nats.Msg)) (*interest, error) {
+	in := &interest{nc: nc, prefix: prefix, ch: make(chan *nats.Msg, queueSize), done: make(chan struct{}), subs: make(map[string]*nats.Subscription)}
+	all, err := nc.ChanSubscribe(prefix+allToken, in.ch)
 	if err != nil {
 		return nil, err
 	}
 	in.subs[allToken] = all
-	go in.run(handler)
-	b.nc.FlushTimeout(5 * time.Second)
+	go in.run(handle)
+	nc.FlushTimeout(5 * time.Second)
 	return in, nil
 }
 
 // interest is a SubscribeInterest subscription: its NATS subscriptions by
 // subject token, all feeding ch, which run drains until done closes.
 type interest struct {
-	b    *Broker
-	ch   chan *nats.Msg
-	done chan struct{}
+	nc     *nats.Conn
+	prefix string
+	ch     chan *nats.Msg
+	done   chan struct{}
 
 	mu     sync.Mutex
 	subs   map[string]*nats.Subscription
 	closed bool
 }
 
-func (in *interest) run(handler func(topic string, msg []byte)) {
+func (in *interest) run(handle func(topic string, m *nats.Msg)) {
 	for {
 		select {
 		case <-in.done:
@@ -175,8 +183,8 @@ func (in *interest) run(handler func(topic string, msg []byte)) {
 				return
 			default:
 			}
-			if topic, ok := decodeTopic(strings.TrimPrefix(m.Subject, in.b.prefix)); ok {
-				handler(topic, m.Data)
+			if topic, ok := decodeTopic(strings.TrimPrefix(m.Subject, in.prefix)); ok {
+				handle(topic, m)
 			}
 		}
 	}
@@ -191,7 +199,7 @@ func (in *interest) Add(topic string) error {
 	if in.closed || in.subs[tok] != nil {
 		return nil
 	}
-	sub, err := in.b.nc.ChanSubscribe(in.b.prefix+tok, in.ch)
+	sub, err := in.nc.ChanSubscribe(in.prefix+tok, in.ch)
 	if err != nil {
 		return err
 	}

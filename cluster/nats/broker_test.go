@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -83,10 +84,14 @@ type machine struct {
 
 type joinRoom struct {
 	gust.BuiltinEventHandler
-	hub *hub.Hub
+	hub    *hub.Hub
+	noRoom bool // connections join no topic when they open
 }
 
 func (j joinRoom) OnOpen(c *gust.Conn) {
+	if j.noRoom {
+		return
+	}
 	if err := j.hub.Subscribe(c, "room"); err != nil {
 		panic(err)
 	}
@@ -103,6 +108,12 @@ func (j joinRoom) OnMessage(c *gust.Conn, m *gust.Message) {
 		}
 	case "leave":
 		j.hub.Unsubscribe(c, topic)
+	case "since": // since:T:N
+		topic, n, _ := strings.Cut(topic, ":")
+		seq, _ := strconv.ParseUint(n, 10, 64)
+		if err := j.hub.SubscribeSince(c, topic, seq); err != nil {
+			panic(err)
+		}
 	default:
 		return
 	}
@@ -110,6 +121,13 @@ func (j joinRoom) OnMessage(c *gust.Conn, m *gust.Message) {
 }
 
 func startMachine(t *testing.T, name, natsURL string, extra ...nats.Option) *machine {
+	t.Helper()
+	return startMachineWith(t, name, natsURL, func(nc *nats.Conn) hub.Broker { return New(nc, "test.hub") }, extra...)
+}
+
+// startMachineWith starts a machine whose Hub has the Broker mk makes on
+// its NATS connection.
+func startMachineWith(t *testing.T, name, natsURL string, mk func(*nats.Conn) hub.Broker, extra ...nats.Option) *machine {
 	t.Helper()
 	m := &machine{name: name, dialer: &gatedDialer{}, disconnected: make(chan struct{}, 16), reconnected: make(chan struct{}, 16)}
 	opts := append([]nats.Option{
@@ -125,7 +143,8 @@ func startMachine(t *testing.T, name, natsURL string, extra ...nats.Option) *mac
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	m.nc = nc
-	m.hub, err = hub.New(&hub.Options{Broker: New(nc, "test.hub")})
+	broker := mk(nc)
+	m.hub, err = hub.New(&hub.Options{Broker: broker})
 	require.NoError(t, err)
 	t.Cleanup(func() { m.hub.Close() })
 
@@ -135,7 +154,7 @@ func startMachine(t *testing.T, name, natsURL string, extra ...nats.Option) *mac
 	// publisher is paced by nothing here, and NATS hands its messages over
 	// in bursts that the default 256 would answer with a close as slow.
 	wsOpts := gust.Options{OutboxSize: 8192, OutboxPolicy: gust.OutboxCloseSlow}
-	srv := &gust.Server{Upgrader: gust.Upgrader{Handler: m.hub.Wrap(joinRoom{hub: m.hub}), Options: wsOpts}}
+	srv := &gust.Server{Upgrader: gust.Upgrader{Handler: m.hub.Wrap(joinRoom{hub: m.hub, noRoom: isHistory(broker)}), Options: wsOpts}}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	m.url = "ws://" + ln.Addr().String() + "/"
@@ -375,4 +394,9 @@ func TestTopicSubjects(t *testing.T) {
 	}
 	_, ok := decodeTopic("~!!")
 	require.False(t, ok)
+}
+
+func isHistory(b hub.Broker) bool {
+	_, ok := b.(hub.HistoryBroker)
+	return ok
 }
