@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -290,4 +292,69 @@ func TestFrameJSON(t *testing.T) {
 		require.Equal(t, gust.OpText, op)
 		require.True(t, json.Valid(got))
 	}
+}
+
+// MemoryHistory gives the Hubs of one process numbered messages and
+// recovery, keeping the last MaxPerTopic of each topic.
+func TestMemoryHistory(t *testing.T) {
+	b := hub.NewMemoryHistory(3)
+	h1, err := hub.New(&hub.Options{Broker: b})
+	require.NoError(t, err)
+	defer h1.Close()
+	h2, err := hub.New(&hub.Options{Broker: b})
+	require.NoError(t, err)
+	s1 := startHubServer(t, serverConfig{hub: h1, wrap: true})
+	s2 := startHubServer(t, serverConfig{hub: h2, wrap: true})
+	live := dialHub(t, s2.url, 0, false, true)
+	live.send(t, "join:room")
+	for _, text := range []string{"a", "b", "c", "d", "e"} {
+		say(t, h1, "room", text)
+	}
+	waitSays(t, live, "room#1 a", "room#2 b", "room#3 c", "room#4 d", "room#5 e")
+
+	c := dialHub(t, s1.url, 0, false, true)
+	c.send(t, "since:room:3")
+	waitSays(t, c, "room#4 d", "room#5 e", "room recovered 5")
+	c = dialHub(t, s1.url, 0, false, true)
+	c.send(t, "since:room:1")
+	waitSays(t, c, "room gap 1", "room#3 c", "room#4 d", "room#5 e", "room recovered 5")
+
+	require.NoError(t, h2.Close()) // unsubscribes: h1 still gets its messages
+	say(t, h1, "room", "f")
+	waitSays(t, c, "room gap 1", "room#3 c", "room#4 d", "room#5 e", "room recovered 5", "room#6 f")
+}
+
+func ExampleMemoryHistory() {
+	h, err := hub.New(&hub.Options{Broker: hub.NewMemoryHistory(100)})
+	if err != nil {
+		panic(err)
+	}
+	defer h.Close()
+	// A client says where it stopped when it connects, as in
+	// ws://host/ws?room=lobby&since=42: it gets what it missed, then what
+	// follows, each message as {"topic":"lobby","seq":43,"data":...}.
+	srv := &gust.Server{Upgrader: gust.Upgrader{
+		Handler: h.Wrap(sinceHandler{h: h}),
+		OnRequest: func(r *http.Request, _ http.Header, c *gust.Conn) error {
+			since, err := strconv.ParseUint(r.URL.Query().Get("since"), 10, 64)
+			if err != nil {
+				since = 0
+			}
+			c.Set("room", r.URL.Query().Get("room"))
+			c.Set("since", since)
+			return nil
+		},
+	}}
+	_ = srv // srv.ListenAndServe("127.0.0.1:8080")
+}
+
+type sinceHandler struct {
+	gust.BuiltinEventHandler
+	h *hub.Hub
+}
+
+func (s sinceHandler) OnOpen(c *gust.Conn) {
+	room, _ := c.Get("room")
+	since, _ := c.Get("since")
+	s.h.SubscribeSince(c, room.(string), since.(uint64))
 }
