@@ -38,7 +38,8 @@ func TestChatInChromium(t *testing.T) {
 	}
 	chromium, driver := findChromium(t)
 
-	ch := newChat(false)
+	ch := newLocalChat(1000, false)
+	defer ch.close()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	srv := ch.server(10 * time.Second)
@@ -83,7 +84,7 @@ func TestChatInChromium(t *testing.T) {
 	for _, p := range pages {
 		opens = append(opens, p.opens(t))
 	}
-	ch.closeAll(4000, "test restart")
+	ch.closeAll(4000, "test restart", "lobby", "kitchen")
 	for i, p := range pages {
 		p.waitFor(t, "a new connection", func() bool { return p.opens(t) != opens[i] })
 		p.waitState(t, "connected")
@@ -91,6 +92,10 @@ func TestChatInChromium(t *testing.T) {
 	bob.waitText(t, "#members", "alice\nbob")
 	bob.say(t, "back again")
 	alice.waitText(t, "#log", "bob: back again")
+	// Each page reconnected with the number of the last message it had:
+	// nothing came twice.
+	require.Equal(t, 1, strings.Count(bob.text(t, "#log"), "lobby only"), bob.text(t, "#log"))
+	require.Equal(t, 1, strings.Count(alice.text(t, "#log"), "hello bob"), alice.text(t, "#log"))
 	require.NotContains(t, carol.text(t, "#log"), "lobby only")
 	require.NotContains(t, carol.text(t, "#log"), "back again")
 
@@ -375,17 +380,13 @@ func (s *session) quit(t *testing.T) {
 	s.do(t, http.MethodDelete, "", nil, nil)
 }
 
-// closeAll closes every connection with code and reason, for the test of
-// the page's reconnect: the pages reconnect by themselves.
-func (ch *chat) closeAll(code gust.StatusCode, reason string) {
-	ch.mu.Lock()
+// closeAll closes every connection of the rooms with code and reason, for
+// the test of the page's reconnect: the pages reconnect by themselves.
+func (ch *chat) closeAll(code gust.StatusCode, reason string, rooms ...string) {
 	var conns []*gust.Conn
-	for _, members := range ch.rooms {
-		for c := range members {
-			conns = append(conns, c)
-		}
+	for _, room := range rooms {
+		conns = ch.hub.AppendSubscribers(conns, room)
 	}
-	ch.mu.Unlock()
 	for _, c := range conns {
 		c.Close(code, reason)
 	}

@@ -1,20 +1,37 @@
 // Command chat is a chat server over a gust Hub, with its web page: rooms,
-// names, join and leave notices, and a page that reconnects by itself.
+// names, who is here, join and leave notices, and a page that reconnects by
+// itself and gets what it missed.
 //
-//	go run ./examples/chat                       # http://127.0.0.1:8080
-//	go run ./examples/chat -addr 127.0.0.1:9000
-//	go run ./examples/chat -netpoll              # idle members hold no goroutine (Linux)
+//	cd examples/chat
+//	go run .                                   # http://127.0.0.1:8080
+//	go run . -addr 127.0.0.1:9000
+//	go run . -netpoll                          # idle members hold no goroutine (Linux)
+//	go run . -nats nats://127.0.0.1:4222       # one of several instances (nats-server -js)
 //
 // The page (static/index.html, embedded in the binary) opens
-// ws://HOST/ws?name=NAME&room=ROOM. Each connection joins its room's topic
-// on the Hub; what one member says is published to the room, and every
-// member's connection gets it through its own bounded outbox, so a member
-// who stops reading cannot slow the others (its outbox overflows and the
-// connection is closed with 1008: gust.OutboxCloseSlow).
+// ws://HOST/ws?name=NAME&room=ROOM&since=SEQ. Each connection joins its
+// room's topic on the Hub; what one member says is published to the room,
+// and every member's connection gets it through its own bounded outbox, so
+// a member who stops reading cannot slow the others (its outbox overflows
+// and the connection is closed with 1008: gust.OutboxCloseSlow).
 //
-// Messages from the page are JSON: {"text": "..."}. Messages to the page
-// are JSON too: {"type": "welcome"|"join"|"leave"|"message", "room", "name",
-// "text", "members"}.
+// The Hub keeps each room's last messages (-history, 1,000 by default): in
+// memory on one server, in NATS JetStream with -nats, where every instance
+// sees the same rooms, members and history, so the page may reconnect to
+// any of them. Every message the Hub sends is numbered within its room; the
+// page remembers the last number it saw and sends it as since when it
+// reconnects, and the server sends what it missed first (hub.Hub.SubscribeSince):
+//
+//	{"topic":"lobby","seq":41,"data":{"type":"message","name":"bob","text":"hi","time":...}}
+//	{"topic":"lobby","gap":12}          messages after 12 are no longer kept: some are missing
+//	{"topic":"lobby","recovered":41}    what was missed has come; what follows is live
+//
+// since=0 (a first visit) gets the room's kept messages. Who is in the room
+// is presence (hub.Presence, across instances with -nats), sent straight to
+// the page, not numbered: {"type":"welcome","room","name","members"} on
+// connecting, then {"type":"join"|"leave","room","name"} as members come and
+// go (a name in two tabs is one member). Messages from the page are JSON:
+// {"text": "..."}.
 package main
 
 import (
@@ -23,20 +40,23 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"io/fs"
 	"log"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
-	"slices"
+	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 	"unicode/utf8"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/gustws/gust"
+	gustnats "github.com/gustws/gust/cluster/nats"
 	"github.com/gustws/gust/hub"
 )
 
@@ -52,16 +72,14 @@ const (
 type chat struct {
 	gust.BuiltinEventHandler
 	hub      *hub.Hub
+	presence hub.Presence
 	upgrader *gust.Upgrader
-
-	mu      sync.Mutex
-	rooms   map[string]map[*gust.Conn]string // room -> connection -> name
-	version uint64                           // of the member lists, under mu
 
 	wsDone chan error // the Upgrader's Shutdown, run by server's hook
 }
 
-// event is what the page receives.
+// event is what the page receives: straight from the server (welcome,
+// join, leave), or as the data of a numbered Hub message (message).
 type event struct {
 	Type    string   `json:"type"`
 	Room    string   `json:"room"`
@@ -69,17 +87,13 @@ type event struct {
 	Text    string   `json:"text,omitempty"`
 	Members []string `json:"members,omitempty"`
 	Time    int64    `json:"time"` // Unix milliseconds
-	// Version numbers the member lists: a page keeps the newest list it
-	// has seen, whatever order the welcome (written directly) and the
-	// notices (through the Hub) arrive in.
-	Version uint64 `json:"version,omitempty"`
 }
 
-// newChat returns the chat server; netpoll sets Options.Netpoll.
-func newChat(netpoll bool) *chat {
-	ch := &chat{hub: new(hub.Hub), rooms: make(map[string]map[*gust.Conn]string)}
-	// Wrap removes a connection from the Hub before OnClose runs, so the
-	// "left" notice does not go to the connection that left.
+// newChat returns the chat server on the Hub and Presence given; netpoll
+// sets Options.Netpoll.
+func newChat(h *hub.Hub, p hub.Presence, netpoll bool) *chat {
+	ch := &chat{hub: h, presence: p}
+	// Wrap removes a connection from the Hub before OnClose runs.
 	ch.upgrader = &gust.Upgrader{
 		Handler: ch.hub.Wrap(ch),
 		Options: gust.Options{
@@ -90,6 +104,42 @@ func newChat(netpoll bool) *chat {
 		},
 	}
 	return ch
+}
+
+// newLocalChat is a chat on one server: history and presence in memory.
+func newLocalChat(history int, netpoll bool) *chat {
+	h, err := hub.New(&hub.Options{Broker: hub.NewMemoryHistory(history)})
+	if err != nil {
+		panic(err) // a MemoryHistory never fails
+	}
+	return newChat(h, hub.NewLocalPresence(), netpoll)
+}
+
+// newClusterChat is a chat instance whose history and presence are on
+// NATS, shared with every instance on the same server.
+func newClusterChat(nc *nats.Conn, history int, netpoll bool) (*chat, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b, err := gustnats.NewHistory(ctx, nc, &gustnats.HistoryOptions{MaxPerTopic: int64(history)})
+	if err != nil {
+		return nil, err
+	}
+	h, err := hub.New(&hub.Options{Broker: b})
+	if err != nil {
+		return nil, err
+	}
+	p, err := gustnats.NewPresence(nc, nil)
+	if err != nil {
+		h.Close()
+		return nil, err
+	}
+	return newChat(h, p, netpoll), nil
+}
+
+// close ends the Hub and the Presence (after shutdown).
+func (ch *chat) close() {
+	ch.presence.Close()
+	ch.hub.Close()
 }
 
 // handler serves the page and the WebSocket endpoint.
@@ -108,12 +158,17 @@ func (ch *chat) handler() http.Handler {
 	mux.HandleFunc("GET /ws", func(w http.ResponseWriter, r *http.Request) {
 		name := clean(r.URL.Query().Get("name"), "anonymous")
 		room := clean(r.URL.Query().Get("room"), "lobby")
+		since, err := strconv.ParseUint(r.URL.Query().Get("since"), 10, 64)
+		if err != nil {
+			since = 0 // absent or not a number: a first visit
+		}
 		c, err := ch.upgrader.Upgrade(w, r)
 		if err != nil {
 			return // Upgrade has answered with the HTTP error
 		}
 		c.Set("name", name)
 		c.Set("room", room)
+		c.Set("since", since)
 		c.ReadLoop() // nothing after it: in netpoll mode it returns at once
 	})
 	return mux
@@ -139,24 +194,31 @@ func who(c *gust.Conn) (name, room string) {
 
 func (ch *chat) OnOpen(c *gust.Conn) {
 	name, room := who(c)
-	// Subscribe first, so that no notice published after the welcome's
-	// member list is missed.
-	if err := ch.hub.Subscribe(c, room); err != nil {
+	since, _ := c.Get("since")
+	// Join, then watch, then list: a change between the last two shows in
+	// both, which the page takes as set operations.
+	if err := ch.presence.Join(room, name); err != nil {
+		log.Printf("chat: join %q: %v", room, err)
+	}
+	stop, err := ch.presence.Watch(room, func(e hub.PresenceEvent) {
+		if e.Member == name {
+			return // one's own other tabs
+		}
+		typ := "leave"
+		if e.Joined {
+			typ = "join"
+		}
+		ch.sendAsync(c, event{Type: typ, Room: room, Name: e.Member})
+	})
+	if err != nil {
+		log.Printf("chat: watch %q: %v", room, err)
+	} else {
+		c.Set("stop", stop)
+	}
+	ch.send(c, event{Type: "welcome", Room: room, Name: name, Members: ch.presence.Members(nil, room)})
+	if err := ch.hub.SubscribeSince(c, room, since.(uint64)); err != nil {
 		log.Printf("chat: subscribe %v: %v", c.RemoteAddr(), err)
-		return
 	}
-	ch.mu.Lock()
-	if ch.rooms[room] == nil {
-		ch.rooms[room] = make(map[*gust.Conn]string)
-	}
-	ch.rooms[room][c] = name
-	ch.version++
-	members, version := ch.membersLocked(room), ch.version
-	// The notice is published under mu, so that notices go out in the
-	// order the lists changed. Publish never blocks: it only queues.
-	ch.publish(event{Type: "join", Room: room, Name: name, Members: members, Version: version})
-	ch.mu.Unlock()
-	ch.send(c, event{Type: "welcome", Room: room, Name: name, Members: members, Version: version})
 }
 
 func (ch *chat) OnMessage(c *gust.Conn, m *gust.Message) {
@@ -181,24 +243,12 @@ func (ch *chat) OnMessage(c *gust.Conn, m *gust.Message) {
 
 func (ch *chat) OnClose(c *gust.Conn, err error) {
 	name, room := who(c)
-	ch.mu.Lock()
-	delete(ch.rooms[room], c)
-	ch.version++
-	members := ch.membersLocked(room)
-	if len(ch.rooms[room]) == 0 {
-		delete(ch.rooms, room)
+	if stop, ok := c.Get("stop"); ok {
+		stop.(func())()
 	}
-	ch.publish(event{Type: "leave", Room: room, Name: name, Members: members, Version: ch.version}) // under mu: see OnOpen
-	ch.mu.Unlock()
-}
-
-func (ch *chat) membersLocked(room string) []string {
-	var names []string
-	for _, n := range ch.rooms[room] {
-		names = append(names, n)
+	if err := ch.presence.Leave(room, name); err != nil {
+		log.Printf("chat: leave %q: %v", room, err)
 	}
-	slices.Sort(names)
-	return names
 }
 
 func (ch *chat) publish(e event) {
@@ -217,12 +267,26 @@ func (ch *chat) send(c *gust.Conn, e event) {
 	}
 }
 
+// sendAsync queues e in c's outbox: presence events come on the
+// Presence's goroutine, which must not wait for a slow member.
+func (ch *chat) sendAsync(c *gust.Conn, e event) {
+	e.Time = time.Now().UnixMilli()
+	b, _ := json.Marshal(e)
+	c.WriteAsync(gust.OpText, b, nil) // a full outbox closes a slow member
+}
+
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on")
 	netpoll := flag.Bool("netpoll", false, "netpoll mode (Linux): idle members wait on gust's event loops, not on a goroutine each")
+	natsURL := flag.String("nats", "", "NATS server URL (with JetStream): share rooms, members and history with the other instances")
+	history := flag.Int("history", 1000, "messages kept per room")
 	flag.Parse()
 
-	ch := newChat(*netpoll)
+	ch, err := start(*natsURL, *history, *netpoll)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ch.close()
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		log.Fatal(err)
@@ -242,6 +306,24 @@ func main() {
 	if err := <-shut; err != nil {
 		log.Printf("chat: shutdown: %v", err)
 	}
+}
+
+// start makes the chat: on its own, or an instance of a cluster on NATS.
+func start(natsURL string, history int, netpoll bool) (*chat, error) {
+	if natsURL == "" {
+		return newLocalChat(history, netpoll), nil
+	}
+	nc, err := nats.Connect(natsURL, nats.Name("gust chat"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+	if err != nil {
+		return nil, fmt.Errorf("chat: connecting to NATS: %w", err)
+	}
+	ch, err := newClusterChat(nc, history, netpoll)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("chat: %w", err)
+	}
+	log.Printf("chat: an instance of the cluster on %s", natsURL)
+	return ch, nil
 }
 
 // server returns the chat's http.Server. net/http's Shutdown stops

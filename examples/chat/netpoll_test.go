@@ -22,9 +22,19 @@ type member struct {
 
 func (m *member) OnMessage(_ *gust.Conn, msg *gust.Message) {
 	defer msg.Close()
-	var e event
-	if json.Unmarshal(msg.Data, &e) == nil {
-		m.events <- e
+	var e struct { // an event, or a numbered Hub message with one as its data
+		event
+		Topic string `json:"topic"`
+		Data  *event `json:"data"`
+	}
+	if json.Unmarshal(msg.Data, &e) != nil {
+		return
+	}
+	switch {
+	case e.Topic == "":
+		m.events <- e.event
+	case e.Data != nil:
+		m.events <- *e.Data
 	}
 }
 
@@ -61,7 +71,8 @@ func TestChatHandlerReturnsInNetpollMode(t *testing.T) {
 			if netpoll && runtime.GOOS != "linux" {
 				t.Skip("netpoll mode is Linux only")
 			}
-			ch := newChat(netpoll)
+			ch := newLocalChat(1000, netpoll)
+			defer ch.close()
 			srv := ch.server(10 * time.Second)
 			returned := make(chan string, 2)
 			inner := srv.Handler
@@ -108,7 +119,7 @@ func TestChatHandlerReturnsInNetpollMode(t *testing.T) {
 			require.NoError(t, bob.Close(gust.StatusNormalClosure, ""))
 			left := am.next(t, "leave")
 			require.Equal(t, "bob", left.Name)
-			require.Equal(t, []string{"alice"}, left.Members)
+			require.Equal(t, []string{"alice"}, ch.presence.Members(nil, "lobby"))
 
 			require.NoError(t, ch.shutdown(srv, 10*time.Second))
 			require.ErrorIs(t, <-served, http.ErrServerClosed)

@@ -22,7 +22,8 @@ func (r *closeRecorder) OnClose(_ *gust.Conn, err error) { r.closed <- err }
 // TestShutdownSendsGoingAway: the shutdown main runs on SIGTERM sends
 // every member 1001 and returns once they have gone.
 func TestShutdownSendsGoingAway(t *testing.T) {
-	ch := newChat(false)
+	ch := newLocalChat(1000, false)
+	defer ch.close()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	srv := ch.server(10 * time.Second)
