@@ -79,6 +79,11 @@ var ErrClosed = errors.New("gust: hub closed")
 // the Broker which topics have local subscribers, so that a process receives
 // the messages of its own topics and PublishAll's only.
 //
+// With a [HistoryBroker] ([MemoryHistory] in one process) every message is
+// numbered within its topic and kept, each connection gets it framed with
+// its sequence (Options.Frame), and [Hub.SubscribeSince] gives a client that
+// comes back what it missed.
+//
 // For chat: [Hub.PublishExcept] leaves the sender out, [Hub.AppendSubscribers]
 // and [Hub.SubscriberCount] tell a topic's local members, and [Hub.Topics] a
 // connection's topics.

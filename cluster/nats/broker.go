@@ -30,6 +30,14 @@
 // Broker, which subscribed every Hub to subject.>, so instances of both
 // versions work together (the earlier ones still receive everything).
 //
+// # History and recovery
+//
+// [NewHistory] makes a [HistoryBroker] instead: a JetStream stream numbers
+// and keeps each topic's messages, so that a client that reconnects to any
+// instance gets what it missed (hub.Hub.SubscribeSince), and an instance
+// whose NATS connection broke fetches what it did not receive. README.md
+// has the cost model, each failure and the knobs of all three parts.
+//
 // # When the NATS server goes away
 //
 // NATS core stores nothing. While a Hub's connection to NATS is down, its
