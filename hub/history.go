@@ -226,7 +226,7 @@ func (h *Hub) goLive(c *gust.Conn, topic string, rp *replay, last uint64, gap bo
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	set := h.topics[topic]
-	if set == nil || set.conns[c] != rp {
+	if set == nil || set.conns[c].rp != rp {
 		return // unsubscribed, removed or closed meanwhile
 	}
 	rp.mu.Lock()
@@ -246,7 +246,7 @@ func (h *Hub) goLive(c *gust.Conn, topic string, rp *replay, last uint64, gap bo
 		h.queueNotice(c, Notice{Kind: NoticeGap, Topic: topic, Seq: last})
 	}
 	h.queueNotice(c, Notice{Kind: NoticeRecovered, Topic: topic, Seq: last})
-	set.conns[c] = nil
+	set.conns[c] = member{floor: last}
 }
 
 // queue queues pm for c with h.mu held: what the outbox refuses is counted,

@@ -23,10 +23,12 @@ import (
 // a NATS stream has, the last keep records of each topic, handlers called
 // in the publisher's goroutine under a lock (one at a time, in order).
 // Messages whose payload contains "lose" are stored but not delivered
-// live, as if the Broker's connection had dropped them.
+// live, as if the Broker's connection had dropped them; those that contain
+// "late" are stored, and delivered live only when release is called.
 type memHistory struct {
 	keep int
 	gate chan struct{} // when not nil, History waits for it to close
+	held []hub.Record  // the "late" ones, guarded by deliver
 
 	deliver  sync.Mutex // held while handlers run: one at a time, in order
 	mu       sync.Mutex
@@ -56,12 +58,31 @@ func (b *memHistory) Publish(topic string, msg []byte) error {
 	b.records[topic] = rs
 	handlers := b.handlers
 	b.mu.Unlock()
-	if !bytes.Contains(msg, []byte(`"lose"`)) {
+	switch {
+	case bytes.Contains(msg, []byte(`"lose"`)):
+	case bytes.Contains(msg, []byte(`"late"`)):
+		b.held = append(b.held, r)
+	default:
 		for _, h := range handlers {
 			h(r)
 		}
 	}
 	return nil
+}
+
+// release delivers the "late" messages.
+func (b *memHistory) release() {
+	b.deliver.Lock()
+	defer b.deliver.Unlock()
+	b.mu.Lock()
+	handlers := b.handlers
+	b.mu.Unlock()
+	for _, r := range b.held {
+		for _, h := range handlers {
+			h(r)
+		}
+	}
+	b.held = nil
 }
 
 func (b *memHistory) Subscribe(func(string, []byte)) (func(), error) {
@@ -257,6 +278,31 @@ func TestHubRepairsWhatTheBrokerDropped(t *testing.T) {
 	say(t, hb, "room", "lose")
 	say(t, hb, "room", "d")
 	waitSays(t, c, "room#1 a", "room#2 lose", "room#4 lose", "room#5 d")
+}
+
+// A message that a recovery sent is not sent again once the connection
+// receives live messages: not when the Broker brings it after the history
+// gave it (its delivery lagged behind the history read), nor when the Hub
+// repairs it for the subscribers that missed it.
+func TestHubSubscribeSinceSendsEachMessageOnce(t *testing.T) {
+	b := newMemHistory(100)
+	hb, err := hub.New(&hub.Options{Broker: b})
+	require.NoError(t, err)
+	defer hb.Close()
+	s := startHubServer(t, serverConfig{hub: hb, wrap: true})
+	old := dialHub(t, s.url, 0, false, true)
+	old.send(t, "join:room")
+	say(t, hb, "room", "a")
+	say(t, hb, "room", "late") // stored; the Broker brings it later
+	say(t, hb, "room", "lose") // stored, never brought: repaired with the next
+
+	c := dialHub(t, s.url, 0, false, true)
+	c.send(t, "since:room:1")
+	waitSays(t, c, "room#2 late", "room#3 lose", "room recovered 3")
+	b.release()
+	say(t, hb, "room", "b")
+	waitSays(t, c, "room#2 late", "room#3 lose", "room recovered 3", "room#4 b")
+	waitSays(t, old, "room#1 a", "room#2 late", "room#3 lose", "room#4 b")
 }
 
 // Close ends a recovery that waits for the history.

@@ -124,14 +124,22 @@ type receiver struct {
 
 // topicSet is a topic's local subscribers; guarded by Hub.mu.
 type topicSet struct {
-	// conns maps each subscriber to its recovery under way
-	// (Hub.SubscribeSince), nil once it receives the topic's messages as
-	// they come.
-	conns map[*gust.Conn]*replay
+	conns map[*gust.Conn]member
 	// last is, with a HistoryBroker, the sequence of the last message
 	// delivered, set only by the Broker's handler goroutine: a message
 	// whose Prev is past it tells of messages this process missed.
 	last atomic.Uint64
+}
+
+// member is a subscriber's state in a topic.
+type member struct {
+	// rp is its recovery under way (Hub.SubscribeSince), nil once it
+	// receives the topic's messages as they come.
+	rp *replay
+	// floor is the last sequence its recovery sent: a message up to it
+	// that comes afterwards (the Broker brought it late, or the Hub
+	// repairs it) is not sent again.
+	floor uint64
 }
 
 // Stats are a Hub's counters, from its start.
@@ -214,7 +222,7 @@ func (h *Hub) subscribe(c *gust.Conn, topic string, rp *replay) (bool, error) {
 	r.topics = append(r.topics, topic)
 	set := h.topics[topic]
 	if set == nil {
-		set = &topicSet{conns: make(map[*gust.Conn]*replay)}
+		set = &topicSet{conns: make(map[*gust.Conn]member)}
 		h.topics[topic] = set
 		if h.interest != nil {
 			if err := h.interest.Add(topic); err != nil {
@@ -222,7 +230,7 @@ func (h *Hub) subscribe(c *gust.Conn, topic string, rp *replay) (bool, error) {
 			}
 		}
 	}
-	set.conns[c] = rp
+	set.conns[c] = member{rp: rp}
 	return true, nil
 }
 
@@ -401,8 +409,9 @@ func (h *Hub) publish(topic string, all bool, except *gust.Conn, op gust.Opcode,
 // deliver queues pm in the outbox of each local receiver but except (nil
 // excepts none), and counts what the outboxes refused. A connection that
 // has closed, or that its outbox closed as slow, leaves the Hub. With a
-// HistoryBroker, seq is pm's topic sequence, and a receiver still
-// recovering the topic gets pm after its recovery.
+// HistoryBroker, seq is pm's topic sequence, a receiver still recovering
+// the topic gets pm after its recovery, and one whose recovery sent pm
+// does not get it again.
 //
 // The receivers are copied out first, and queued to without h.mu held: a
 // full outbox may call the done function of a message it discards on this
@@ -419,11 +428,12 @@ func (h *Hub) deliver(topic string, all bool, except *gust.Conn, pm *gust.Prepar
 			to = append(to, c)
 		}
 	} else if set := h.topics[topic]; set != nil {
-		for c, rp := range set.conns {
+		for c, m := range set.conns {
 			switch {
 			case c == except:
-			case rp != nil:
-				rp.later(seq, pm)
+			case m.rp != nil:
+				m.rp.later(seq, pm)
+			case seq != 0 && seq <= m.floor: // its recovery sent it
 			default:
 				to = append(to, c)
 			}

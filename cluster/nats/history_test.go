@@ -205,3 +205,42 @@ func TestHistoryAcrossNATSRestart(t *testing.T) {
 	cn.send(t, b, "since:room:1")
 	waitSays(t, cn, "room#2 after restart", "room#3 during", "room#4 last", "room recovered 4")
 }
+
+// A client that recovers on an instance whose NATS connection was away,
+// before the instance has repaired the topic for its other subscribers,
+// does not get the repaired messages a second time.
+func TestHistoryRecoveryBeforeRepair(t *testing.T) {
+	dir := t.TempDir()
+	ns := startJetStream(t, 0, dir)
+	port := ns.Addr().(*net.TCPAddr).Port
+	a := startHistoryMachine(t, "a", ns.ClientURL(), nil)
+	b := startHistoryMachine(t, "b", ns.ClientURL(), nil)
+	cb := b.connect(t, 1)[0]
+	cb.send(t, b, "join:room")
+	publish(t, a, "room", "one")
+	waitSays(t, cb, "room#1 one")
+
+	// b's connection to NATS breaks and stays down while a publishes.
+	ns.Shutdown()
+	ns.WaitForShutdown()
+	wait(t, a.disconnected, "a to notice")
+	wait(t, b.disconnected, "b to notice")
+	b.dialer.close()
+	startJetStream(t, port, dir)
+	wait(t, a.reconnected, "a to reconnect")
+	publish(t, a, "room", "two")
+	publish(t, a, "room", "three")
+	b.dialer.open()
+	wait(t, b.reconnected, "b to reconnect")
+
+	// A client that saw 1 comes back to b: it recovers 2 and 3.
+	cn := b.connect(t, 1)[0]
+	cn.send(t, b, "since:room:1")
+	waitSays(t, cn, "room#2 two", "room#3 three", "room recovered 3")
+
+	// The next message tells b that it missed 2 and 3: b repairs them for
+	// cb, and must not send them to cn again.
+	publish(t, a, "room", "four")
+	waitSays(t, cb, "room#1 one", "room#2 two", "room#3 three", "room#4 four")
+	waitSays(t, cn, "room#2 two", "room#3 three", "room recovered 3", "room#4 four")
+}
