@@ -22,7 +22,9 @@
 // stop nats-server (SIGKILL by default, -nats-signal TERM for a clean
 // stop), start it again after -nats-down on the same port and store;
 // publish; stop publishing. The publisher catches up with its schedule
-// after the outage. The driver then waits (at most -drain) until every
+// after the outage. With -overlap the instance is killed once nats-server
+// has stopped instead, so that its clients recover on instances that are
+// away from NATS. The driver then waits (at most -drain) until every
 // client has the last message published to its topic, and checks.
 //
 // What it reports (a JSON object on stdout, a Markdown table with -md):

@@ -181,8 +181,11 @@ func (res *result) markdown() string {
 	row("**duplicated**", "**"+commas(res.Duplicated)+"**")
 	row("**out of order**", "**"+commas(res.OutOfOrder)+"**")
 	row("gap notices", commas(res.Gaps))
-	row("clients disconnected by the instance kill", strconv.Itoa(res.Disconnects[phaseNames[phaseInstance]]))
-	row("clients disconnected during the NATS restart", strconv.Itoa(res.Disconnects[phaseNames[phaseNATS]]))
+	if res.Overlap {
+		row("schedule", fmt.Sprintf("instance %d killed while nats-server was down (-overlap)", res.Kill))
+	}
+	row("disconnections: publishing / after the instance kill / after the NATS stop", fmt.Sprintf("%d / %d / %d",
+		res.Disconnects[phaseNames[phaseBefore]], res.Disconnects[phaseNames[phaseInstance]], res.Disconnects[phaseNames[phaseNATS]]))
 	row("**recovery time** p50 / p99 / max (disconnection to recovered notice)",
 		fmt.Sprintf("**%s / %s** / %s", msStr(res.RecoveryP50), msStr(res.RecoveryP99), msStr(res.RecoveryMax)))
 	row("recoveries / failed dials while reconnecting", fmt.Sprintf("%d / %d", res.Recoveries, res.FailedDials))

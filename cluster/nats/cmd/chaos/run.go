@@ -32,6 +32,7 @@ type config struct {
 	NATSSignal string        `json:"nats_signal"`
 	Drain      time.Duration `json:"-"`
 	Kill       int           `json:"killed_instance"`
+	Overlap    bool          `json:"overlap"`
 	Outbox     int           `json:"outbox"`
 	NATSServer string        `json:"-"`
 	NATSPort   int           `json:"-"`
@@ -50,6 +51,7 @@ func (c *config) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.NATSSignal, "nats-signal", "KILL", "how nats-server is stopped: KILL or TERM")
 	fs.DurationVar(&c.Drain, "drain", 30*time.Second, "how long to wait, after the last publish, for every client to have its topic's last message")
 	fs.IntVar(&c.Kill, "kill", 0, "the instance killed with SIGKILL, from 0")
+	fs.BoolVar(&c.Overlap, "overlap", false, "kill the instance while nats-server is down, instead of a phase before: its clients recover on instances that are away from NATS")
 	fs.IntVar(&c.Outbox, "outbox", 1024, "the instances' outbox size per connection, with OutboxCloseSlow")
 	fs.StringVar(&c.NATSServer, "nats-server", "", "nats-server binary (default: this binary's embedded server, chaos nats)")
 	fs.IntVar(&c.NATSPort, "nats-port", 0, "nats-server's port on 127.0.0.1 (0: a free one)")
@@ -347,7 +349,8 @@ func (r *runner) mark(step string) {
 }
 
 // schedule publishes for three phases, killing an instance after the
-// first and restarting nats-server after the second.
+// first (with Overlap, once nats-server has stopped) and restarting
+// nats-server after the second.
 func (r *runner) schedule(ctx context.Context) error {
 	cfg := r.cfg
 	start := time.Now().Add(100 * time.Millisecond)
@@ -372,8 +375,13 @@ func (r *runner) schedule(ctx context.Context) error {
 		return err
 	}
 	r.phase.Store(phaseInstance)
-	r.mark(fmt.Sprintf("kill -9 instance %d", cfg.Kill))
-	r.instances[cfg.Kill].stop(syscall.SIGKILL, 5*time.Second)
+	kill := func() {
+		r.mark(fmt.Sprintf("kill -9 instance %d", cfg.Kill))
+		r.instances[cfg.Kill].stop(syscall.SIGKILL, 5*time.Second)
+	}
+	if !cfg.Overlap {
+		kill()
+	}
 	if err := sleep(start.Add(2 * cfg.Phase)); err != nil {
 		return err
 	}
@@ -387,6 +395,9 @@ func (r *runner) schedule(ctx context.Context) error {
 		log.Printf("chaos: nats-server did not stop in 10 s: killed")
 	}
 	r.mark("nats-server stopped")
+	if cfg.Overlap {
+		kill()
+	}
 	if err := sleep(r.marks["nats-server stopped"].Add(cfg.NATSDown)); err != nil {
 		return err
 	}
