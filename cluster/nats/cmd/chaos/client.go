@@ -45,6 +45,8 @@ type client struct {
 	foreign     uint64 // messages of another topic, or unreadable
 	lastArrival time.Time
 	maxPause    [phases]time.Duration // the longest time between two messages
+	recoveredAt time.Time             // the last recovered notice
+	duplicated  [phases]uint64
 }
 
 // frame is a message of hub.FrameJSON: a message, a gap or a recovered
@@ -73,7 +75,7 @@ func (cl *client) OnMessage(_ *gust.Conn, m *gust.Message) {
 	case f.Gap != nil:
 		cl.gaps++
 	case f.Recovered != nil:
-		cl.live = true
+		cl.live, cl.recoveredAt = true, now
 		if !cl.downAt.IsZero() {
 			cl.recoveries = append(cl.recoveries, now.Sub(cl.downAt))
 			cl.downAt = time.Time{}
@@ -81,7 +83,13 @@ func (cl *client) OnMessage(_ *gust.Conn, m *gust.Message) {
 	case f.Data.N == 0:
 		cl.foreign++
 	default:
+		dup, last := cl.tally.duplicated, cl.tally.lastSeq
 		cl.tally.message(f.Seq, f.Data.N)
+		if cl.tally.duplicated > dup {
+			cl.duplicated[phase]++
+			cl.r.logDuplicate(fmt.Sprintf("client %d (%s, instance %d, %v after its recovered notice): #%d seq %d again, last seq %d",
+				cl.id, f.Topic, cl.home, now.Sub(cl.recoveredAt).Round(time.Microsecond), f.Data.N, f.Seq, last))
+		}
 		if !cl.lastArrival.IsZero() {
 			cl.maxPause[phase] = max(cl.maxPause[phase], now.Sub(cl.lastArrival))
 		}

@@ -40,6 +40,8 @@
 // p50/p99/max over the disconnections; publish latency, overall and while
 // NATS was restarting; the longest pause between two messages a client saw
 // in each phase; the instances' Hub counters, NATS outages and warnings.
+// The log tells the first 20 duplicates: which client, how long after its
+// recovered notice, which sequence.
 // It exits 1 unless lost, duplicated, out of order, gaps and messages for
 // another topic are all 0 and every client recovered and got its topic's
 // last message.

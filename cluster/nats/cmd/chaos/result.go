@@ -15,15 +15,16 @@ type result struct {
 	PhaseSeconds    float64 `json:"phase_seconds"`
 	NATSDownSeconds float64 `json:"nats_down_seconds"`
 
-	Published     uint64 `json:"published"`      // Publish returned nil
-	PublishErrors uint64 `json:"publish_errors"` // Publish failed: stored or not
-	Expected      uint64 `json:"expected"`       // per client, its topic's published messages, summed
-	Delivered     uint64 `json:"delivered"`      // messages the clients received
-	Lost          uint64 `json:"lost"`
-	Duplicated    uint64 `json:"duplicated"`
-	OutOfOrder    uint64 `json:"out_of_order"`
-	Gaps          uint64 `json:"gaps"`    // gap notices
-	Foreign       uint64 `json:"foreign"` // messages of another topic, or unreadable
+	Published     uint64            `json:"published"`      // Publish returned nil
+	PublishErrors uint64            `json:"publish_errors"` // Publish failed: stored or not
+	Expected      uint64            `json:"expected"`       // per client, its topic's published messages, summed
+	Delivered     uint64            `json:"delivered"`      // messages the clients received
+	Lost          uint64            `json:"lost"`
+	Duplicated    uint64            `json:"duplicated"`
+	DupByPhase    map[string]uint64 `json:"duplicated_by_phase,omitempty"`
+	OutOfOrder    uint64            `json:"out_of_order"`
+	Gaps          uint64            `json:"gaps"`    // gap notices
+	Foreign       uint64            `json:"foreign"` // messages of another topic, or unreadable
 
 	Disconnects  map[string]int `json:"disconnects"` // by phase
 	Disconnected int            `json:"clients_disconnected"`
@@ -60,7 +61,7 @@ func (r *runner) result(stats []*instanceStats) *result {
 	res := &result{
 		config: cfg, PhaseSeconds: cfg.Phase.Seconds(), NATSDownSeconds: cfg.NATSDown.Seconds(),
 		Published: r.pub.published.Load(), PublishErrors: r.pub.failed.Load(),
-		Disconnects: make(map[string]int), PauseP99: make(map[string]float64), PauseMax: make(map[string]float64),
+		Disconnects: make(map[string]int), DupByPhase: make(map[string]uint64), PauseP99: make(map[string]float64), PauseMax: make(map[string]float64),
 		PerInstance: stats,
 	}
 	var recoveries []time.Duration
@@ -83,6 +84,9 @@ func (r *runner) result(stats []*instanceStats) *result {
 			}
 			down += n
 			pauses[ph] = append(pauses[ph], cl.maxPause[ph])
+			if cl.duplicated[ph] > 0 {
+				res.DupByPhase[phaseNames[ph]] += cl.duplicated[ph]
+			}
 		}
 		if down > 0 {
 			res.Disconnected++
@@ -180,6 +184,9 @@ func (res *result) markdown() string {
 	row("**lost**", "**"+commas(res.Lost)+"**")
 	row("**duplicated**", "**"+commas(res.Duplicated)+"**")
 	row("**out of order**", "**"+commas(res.OutOfOrder)+"**")
+	if res.Duplicated > 0 {
+		row("duplicated, by phase", fmt.Sprint(res.DupByPhase))
+	}
 	row("gap notices", commas(res.Gaps))
 	if res.Overlap {
 		row("schedule", fmt.Sprintf("instance %d killed while nats-server was down (-overlap)", res.Kill))

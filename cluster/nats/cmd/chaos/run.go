@@ -92,6 +92,15 @@ type runner struct {
 	wg       sync.WaitGroup
 
 	marks map[string]time.Time // when each step happened
+
+	duplicatesLogged atomic.Int32
+}
+
+// logDuplicate logs the first 20 duplicates, to tell how they came.
+func (r *runner) logDuplicate(what string) {
+	if r.duplicatesLogged.Add(1) <= 20 {
+		log.Printf("chaos: duplicate: %s", what)
+	}
 }
 
 func runMain(args []string) int {
