@@ -31,12 +31,7 @@ import (
 // Chromium and chromedriver come from Debian (scripts/install-chromium, run
 // here when either is missing). GUST_SKIP_BROWSER=1 skips the test, loudly.
 func TestChatInChromium(t *testing.T) {
-	if os.Getenv("GUST_SKIP_BROWSER") == "1" {
-		msg := "SKIPPING THE BROWSER CHAT TEST: GUST_SKIP_BROWSER=1 (the chat page is NOT tested in Chromium)"
-		fmt.Fprintf(os.Stderr, "\n*** %s ***\n\n", msg)
-		t.Skip(msg)
-	}
-	chromium, driver := findChromium(t)
+	chromium, driver := browser(t, "the chat page")
 
 	ch := newLocalChat(1000, false)
 	defer ch.close()
@@ -117,6 +112,18 @@ func TestChatInChromium(t *testing.T) {
 	alice.waitText(t, "#members", "alice")
 	require.NotContains(t, alice.text(t, "#members"), "bob")
 	t.Logf("alice's page:\n%s", alice.text(t, "#log"))
+}
+
+// browser skips the test, loudly, when GUST_SKIP_BROWSER=1, saying what is
+// left untested; else it returns Chromium and chromedriver (findChromium).
+func browser(t *testing.T, what string) (chromium, driver string) {
+	t.Helper()
+	if os.Getenv("GUST_SKIP_BROWSER") == "1" {
+		msg := fmt.Sprintf("SKIPPING A BROWSER TEST: GUST_SKIP_BROWSER=1 (%s is NOT tested in Chromium)", what)
+		fmt.Fprintf(os.Stderr, "\n*** %s ***\n\n", msg)
+		t.Skip(msg)
+	}
+	return findChromium(t)
 }
 
 // findChromium returns the chromium and chromedriver binaries, installing

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -28,12 +27,7 @@ import (
 // number of the last message it had, and shows what bob said meanwhile,
 // each message once and in order, then what follows live.
 func TestChatRecoversInChromium(t *testing.T) {
-	if os.Getenv("GUST_SKIP_BROWSER") == "1" {
-		msg := "SKIPPING THE BROWSER RECOVERY TEST: GUST_SKIP_BROWSER=1 (the chat's recovery is NOT tested in Chromium)"
-		fmt.Fprintf(os.Stderr, "\n*** %s ***\n\n", msg)
-		t.Skip(msg)
-	}
-	chromium, driver := findChromium(t)
+	chromium, driver := browser(t, "the chat's recovery")
 
 	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true,
 		JetStream: true, StoreDir: t.TempDir()})
