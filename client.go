@@ -18,6 +18,7 @@ import (
 	"github.com/gustws/gust/internal/deflate"
 	"github.com/gustws/gust/internal/h2conn"
 	"github.com/gustws/gust/internal/handshake"
+	"github.com/gustws/gust/internal/netpoll"
 	"github.com/gustws/gust/internal/proxy"
 )
 
@@ -301,6 +302,9 @@ func (d *dialer) transport(ctx context.Context, nc net.Conn, u *url.URL, target 
 	cfg.NextProtos = []string{"http/1.1"}
 	if d.http2 {
 		cfg.NextProtos = []string{"h2", "http/1.1"}
+	}
+	if d.cfg.Netpoll {
+		nc = netpoll.Wrap(nc) // which the event loops can move to their socket
 	}
 	tc := tls.Client(nc, cfg)
 	if err := tc.HandshakeContext(ctx); err != nil {

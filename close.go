@@ -302,6 +302,10 @@ func (c *Conn) abort(err error) {
 func (c *Conn) closeNet() {
 	if c.closing.take(netClosed) && c.conn != nil {
 		c.unpark() // a Conn closed before its ReadLoop ran holds no event loop
-		c.conn.Close()
+		if t, ok := c.tr.(*tlsLoop); ok {
+			t.close()
+		} else {
+			c.conn.Close()
+		}
 	}
 }

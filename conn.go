@@ -181,8 +181,8 @@ func (c *Conn) opened() {
 // NetConn returns the underlying connection. Reading from or writing to it
 // corrupts the WebSocket stream; it is there for deadlines, addresses and
 // TLS state. In netpoll mode it is gust's own socket, not the *net.TCPConn
-// the handshake came on (see Options.Netpoll); its SyscallConn reaches the
-// descriptor.
+// the handshake came on (see Options.Netpoll), whose SyscallConn reaches
+// the descriptor; or the *tls.Conn, over that socket.
 func (c *Conn) NetConn() net.Conn { return c.conn }
 
 // RemoteAddr returns the peer's network address (nil on a zero Conn).
@@ -203,8 +203,8 @@ func (c *Conn) LocalAddr() net.Addr {
 
 // Netpoll reports whether an event loop serves c (netpoll mode): false in
 // goroutine mode, which is also where a connection Options.Netpoll could
-// not move to a loop stays (TLS, HTTP/2, the descriptor limit; see
-// Metrics for how that is reported).
+// not move to a loop stays (TLS gust did not make, HTTP/2, the descriptor
+// limit; see Metrics for how that is reported).
 func (c *Conn) Netpoll() bool { return c.sock() != nil }
 
 // Compressed reports whether permessage-deflate was negotiated.

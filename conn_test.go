@@ -241,7 +241,7 @@ func TestConnAccessorsAndDeadlines(t *testing.T) {
 		c := dialRaw(t, addr, nil, "Sec-WebSocket-Protocol: chat")
 		s := <-got
 		require.NoError(t, errors.Join(s.errs...))
-		require.Equal(t, addr, s.local.String())
+		require.Equal(t, strings.TrimPrefix(addr, "tls://"), s.local.String())
 		require.Equal(t, s.local, s.netLocal)
 		require.Equal(t, c.nc.LocalAddr().String(), s.remote.String())
 		require.Equal(t, "chat", s.proto)

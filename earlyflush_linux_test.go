@@ -31,8 +31,8 @@ type sizedRaw struct {
 }
 
 func (r sizedRaw) Write(f func(uintptr) bool) error {
-	if t, ok := r.s.c.tr.(*rawTransport); ok && len(t.p) > 0 {
-		r.s.sizes <- len(t.p)
+	if t, ok := r.s.c.tr.(*rawTransport); ok && t.Left() > 0 {
+		r.s.sizes <- t.Left()
 	}
 	return r.RawConn.Write(f)
 }

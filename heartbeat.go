@@ -144,6 +144,8 @@ func (hb *heartbeat) tryPingNow() bool {
 		w.buf = bufpool.Get(c.cfg.WriteBufferSize)
 		*w.buf = append((*w.buf)[:0], f[n:hn]...)
 		return false
+	case w.backlog != nil: // TLS kept the ping's record: the outbox's writer writes it
+		return false
 	}
 	return true
 }

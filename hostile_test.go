@@ -437,8 +437,11 @@ func TestHeaderOrFragmentCommitsNoMessageBuffer(t *testing.T) {
 				// 64 KiB read buffer besides. Goroutine mode's heap is
 				// noisier (net/http's, the goroutines'): its bound is looser.
 				bound := int64(2 << 10)
-				if !strings.HasSuffix(m.name, "-netpoll") {
+				switch {
+				case !strings.HasSuffix(m.name, "-netpoll"):
 					bound = 8 << 10
+				case m.path == "tls":
+					bound = 3 << 10 // crypto/tls's input buffer grows to the record's size, and keeps it
 				}
 				require.Less(t, per, bound, "a %s holds no more than the bytes that came", tc.name)
 			})

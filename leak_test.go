@@ -135,7 +135,8 @@ func TestAbruptDisconnectsLeaveNothingBehind(t *testing.T) {
 		defer debug.SetGCPercent(gcPercent)
 		for i, nc := range clients {
 			if reset(i) {
-				require.NoError(t, nc.(*net.TCPConn).SetLinger(0)) // Close sends a RST
+				require.NoError(t, tcpOf(nc).SetLinger(0)) // Close sends a RST
+				nc = tcpOf(nc)                             // under TLS, without a close_notify first
 			}
 			nc.Close()
 		}
@@ -185,7 +186,7 @@ func TestAbruptDisconnectsLeaveNothingBehind(t *testing.T) {
 // openAndPing completes a handshake, sends start, and waits for the pong
 // that the ping at its head asks for.
 func openAndPing(addr string, start []byte) (net.Conn, error) {
-	nc, err := net.Dial("tcp", addr)
+	nc, err := dialAddr(addr)
 	if err != nil {
 		return nil, err
 	}

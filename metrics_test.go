@@ -276,8 +276,7 @@ func TestMetricsHandshake(t *testing.T) {
 			u.CheckOrigin = func(r *http.Request) bool { return r.Header.Get("Origin") != "http://evil.example" }
 		})
 		request := func(req string) int {
-			nc, err := net.Dial("tcp", addr)
-			require.NoError(t, err)
+			nc := dialNet(t, addr)
 			defer nc.Close()
 			nc.SetDeadline(time.Now().Add(10 * time.Second))
 			c := &rawClient{t: t, nc: nc, br: newBufReader(nc)}
@@ -291,10 +290,11 @@ func TestMetricsHandshake(t *testing.T) {
 
 		// The client reports what its Dials ended with.
 		cl := &metricsLog{}
-		dopts := &DialOptions{Options: Options{Metrics: cl}, Header: http.Header{"Origin": {"http://evil.example"}}}
-		_, _, err := Dial(testContext(t), "ws://"+addr, nil, dopts)
+		url, base := modeURL(t, m, addr, "")
+		dopts := &DialOptions{Options: Options{Metrics: cl}, Header: http.Header{"Origin": {"http://evil.example"}}, TLSConfig: base.TLSConfig}
+		_, _, err := Dial(testContext(t), url, nil, dopts)
 		require.Error(t, err)
-		dialTest(t, "ws://"+addr, &DialOptions{Options: Options{Metrics: cl}})
+		dialTest(t, url, &DialOptions{Options: Options{Metrics: cl}, TLSConfig: base.TLSConfig})
 		require.Equal(t, []int{403, 101}, cl.getHandshakes())
 		require.ElementsMatch(t, []int{403, 400, 426, 403, 101}, ml.waitHandshakes(t, 5))
 

@@ -1,10 +1,12 @@
 package gust
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"sync/atomic"
 	"time"
 
@@ -58,13 +60,15 @@ func (lc *loopConn) Held(d time.Duration) {
 }
 
 // adopt gives c a socket of gust's own in place of its *net.TCPConn
-// or *net.UnixConn, registered with an event loop: netpoll mode.
-// Any other connection (TLS, an HTTP/2 stream, a wrapper) stays in
-// goroutine mode, and so does one whose descriptor cannot be duplicated or
-// registered (at the descriptor limit, EMFILE), for its whole life: its
-// net.Conn is in use from then on by any goroutine (writes, deadlines,
-// NetConn's callers), and swapping it later would race with them. Either
-// fallback is reported, and adopt returns false.
+// or *net.UnixConn, registered with an event loop: netpoll mode. A
+// *tls.Conn made over a netpoll.Under (Server.ServeTLS, Dial) keeps its
+// place, and its Under moves to the socket. Any other connection (TLS
+// made elsewhere, an HTTP/2 stream, a wrapper) stays in goroutine mode,
+// and so does one whose descriptor cannot be duplicated or registered (at
+// the descriptor limit, EMFILE), for its whole life: its net.Conn is in use
+// from then on by any goroutine (writes, deadlines, NetConn's callers), and
+// swapping it later would race with them. Either fallback is reported, and
+// adopt returns false.
 func (lc *loopConn) adopt() bool {
 	c := (*Conn)(lc)
 	if h := dupHook.Load(); h != nil {
@@ -73,7 +77,11 @@ func (lc *loopConn) adopt() bool {
 			return false
 		}
 	}
-	s, err := netpoll.Adopt(c.conn)
+	orig, u := c.conn, netpoll.UnderOf(c.conn) // TLS over an Under: the connection it wraps moves
+	if u != nil {
+		orig = u.Wrapped()
+	}
+	s, err := netpoll.Adopt(orig)
 	switch {
 	case errors.Is(err, netpoll.ErrNotSocket):
 		lc.fallback(netpollFallbackType, nil)
@@ -84,16 +92,25 @@ func (lc *loopConn) adopt() bool {
 		lc.fallback(netpollFallbackFD, err)
 		return false
 	}
-	orig := c.conn
-	c.conn = s
+	lc.swap(u, s, s)
 	if err := s.Register((*loopConn)(c)); err != nil {
 		s.Close()
-		c.conn = orig
+		lc.swap(u, nil, orig)
 		lc.fallback(netpollFallbackFD, err)
 		return false
 	}
 	orig.Close()
 	return true
+}
+
+// swap gives c its socket s (or takes it back, s nil), in place of nc: in
+// its Under u, if its TLS was made over one.
+func (lc *loopConn) swap(u *netpoll.Under, s *netpoll.Sock, nc net.Conn) {
+	if u != nil {
+		u.Move(s)
+	} else {
+		lc.conn = nc
+	}
 }
 
 // fallback reports that c stays in goroutine mode despite
@@ -182,16 +199,25 @@ func (c *Conn) unpark() {
 	}
 }
 
-// peerEnded reports whether c's event loop has seen the peer's end.
+// peerEnded reports whether c's event loop has seen the peer's end, or
+// whether c is TLS, whose layer may hold whole records it read: either
+// way a read that came short of its buffer may not have drained it.
 func (c *Conn) peerEnded() bool {
 	s := c.sock()
-	return s != nil && s.PeerEnded()
+	return s != nil && (s.PeerEnded() || c.conn != s)
 }
 
 // sock returns c's own socket in netpoll mode, nil in goroutine mode.
 func (c *Conn) sock() *netpoll.Sock {
-	s, _ := c.conn.(*netpoll.Sock)
-	return s
+	switch nc := c.conn.(type) {
+	case *netpoll.Sock:
+		return nc
+	case *tls.Conn:
+		if u, ok := nc.NetConn().(*netpoll.Under); ok {
+			return u.Sock()
+		}
+	}
+	return nil
 }
 
 func (lc *loopConn) direct() bool { return true }
@@ -228,4 +254,54 @@ func (lc *loopConn) write(p []byte, try bool) (int, error) {
 		return n, s.OpError("write", err)
 	}
 	return n, nil
+}
+
+// tlsLoop is the transport of a TLS connection in netpoll mode: crypto/tls
+// over the netpoll.Under it was made over, moved to gust's socket, which
+// reads without waiting and keeps what the socket does not take.
+type tlsLoop Conn
+
+func (t *tlsLoop) direct() bool { return true }
+
+func (t *tlsLoop) read(dst []byte, try bool) (buf *[]byte, n int, again bool, err error) {
+	c := (*Conn)(t)
+	if dst == nil {
+		buf = bufpool.Get(c.cfg.idleReadSize())
+		dst = *buf
+	}
+	if n, again, err = netpoll.UnderOf(c.conn).ReadThrough(c.conn, dst, try); n == 0 {
+		bufpool.Put(buf)
+		return nil, 0, again, err
+	}
+	return buf, n, false, nil
+}
+
+// write writes p through crypto/tls, as loopConn's does. With try set,
+// records the socket did not take whole stay in the Under: an empty
+// backlog says so, and the goroutine that writes it writes them first.
+func (t *tlsLoop) write(p []byte, try bool) (int, error) {
+	c := (*Conn)(t)
+	s := c.sock()
+	u := netpoll.UnderOf(c.conn)
+	n, armed, err := u.WriteThrough(c.conn, p, try, func() bool { return c.wr.armTimeout(s, c.cfg.WriteTimeout) })
+	if armed {
+		s.SetWriteDeadline(c.wr.deadline())
+	}
+	if try && n > 0 && err == nil && u.Pending() {
+		c.wr.appendBacklog(nil)
+	}
+	return n, err
+}
+
+// close closes c's TLS connection with a close_notify, unless a write is
+// in flight (the write lock is held), which may wait on a full socket:
+// then the socket is cut, as crypto/tls's Close does for its own writes.
+func (t *tlsLoop) close() {
+	c := (*Conn)(t)
+	if !c.wr.mu.TryLock() {
+		netpoll.UnderOf(c.conn).Close()
+		return
+	}
+	defer c.wr.mu.Unlock()
+	c.conn.Close()
 }

@@ -62,12 +62,20 @@ func echoRounds(t *testing.T, clients []*rawClient, rounds int, wait time.Durati
 // forEachNetpollMode runs f over the server modes in netpoll mode (both
 // paths), for what is netpoll mode's own.
 func forEachNetpollMode(t *testing.T, f func(t *testing.T, m serverMode)) {
-	for _, m := range serverModes {
-		if strings.HasSuffix(m.name, "-netpoll") {
-			t.Run(m.name, func(t *testing.T) { f(t, m) })
-		}
+	for _, m := range netpollModes {
+		t.Run(m.name, func(t *testing.T) { f(t, m) })
 	}
 }
+
+// netpollModes are the server modes in netpoll mode.
+var netpollModes = func() (modes []serverMode) {
+	for _, m := range serverModes {
+		if strings.HasSuffix(m.name, "-netpoll") {
+			modes = append(modes, m)
+		}
+	}
+	return modes
+}()
 
 // Idle connections in netpoll mode hold no goroutine of gust's (and so no
 // ReadLoop), yet every one of them still echoes, and the event loop ends
@@ -277,7 +285,7 @@ func TestNetpollBytesAndEndInOneEvent(t *testing.T) {
 				sc := h.waitOpen(t)
 				require.Eventually(t, func() bool { return parkedIdle(sc) }, 5*time.Second, time.Millisecond,
 					"parked after the handshake")
-				raw, err := c.nc.(*net.TCPConn).SyscallConn()
+				raw, err := tcpOf(c.nc).SyscallConn()
 				require.NoError(t, err)
 				require.NoError(t, raw.Control(func(fd uintptr) {
 					require.NoError(t, syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_CORK, 1))
@@ -287,7 +295,7 @@ func TestNetpollBytesAndEndInOneEvent(t *testing.T) {
 					f = f[:len(f)-7]
 				}
 				c.send(f)
-				require.NoError(t, c.nc.(*net.TCPConn).CloseWrite()) // sends the corked bytes and the FIN
+				require.NoError(t, tcpOf(c.nc).CloseWrite()) // sends the corked bytes and the FIN
 				if tc.whole {
 					require.Equal(t, []byte("0123456789"), h.waitMessage(t).data)
 				}

@@ -120,9 +120,10 @@ type Options struct {
 	// connection holds no goroutine and no buffer (about 0.4 KiB in all),
 	// parked on one of gust's event loops. ReadLoop returns at its first
 	// idle moment, so its end belongs in OnClose (see [Conn.ReadLoop]), and
-	// the callbacks run on a shared loop, so they must not block. TLS,
-	// HTTP/2 streams and wrapped conns stay in goroutine mode
-	// ([Conn.Netpoll] tells). Default false. See README's "Netpoll mode".
+	// the callbacks run on a shared loop, so they must not block. TLS goes
+	// to the loops when gust makes it ([Server.ServeTLS], wss:// Dials);
+	// other TLS (net/http's), HTTP/2 streams and wrapped conns stay in
+	// goroutine mode ([Conn.Netpoll] tells). Default false. See README.
 	Netpoll bool
 
 	// Compression configures permessage-deflate (RFC 7692). Default: off.

@@ -192,8 +192,8 @@ func TestPeerResetEndsTheConnection(t *testing.T) {
 		c := dialRaw(t, m.start(t, h, nil), nil)
 		c.send(frame(0x82, []byte("one")))
 		require.Equal(t, []byte("one"), h.waitMessage(t).data)
-		require.NoError(t, c.nc.(*net.TCPConn).SetLinger(0))
-		c.nc.Close()
+		require.NoError(t, tcpOf(c.nc).SetLinger(0))
+		tcpOf(c.nc).Close() // under TLS, without a close_notify first
 		err := h.waitClose(t)
 		require.ErrorIs(t, err, syscall.ECONNRESET)
 		var oe *net.OpError
@@ -210,7 +210,7 @@ func TestEOFInsidePayloadIsUnexpected(t *testing.T) {
 		f := frame(0x82, []byte("0123456789"))
 		c.send(f[:len(f)-7])
 		time.Sleep(5 * time.Millisecond)
-		c.nc.(*net.TCPConn).CloseWrite()
+		tcpOf(c.nc).CloseWrite()
 		require.ErrorIs(t, h.waitClose(t), io.ErrUnexpectedEOF)
 	})
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gustws/gust/internal/bufpool"
 	"github.com/gustws/gust/internal/handshake"
+	"github.com/gustws/gust/internal/netpoll"
 )
 
 // Server accepts WebSocket connections on any net.Listener with its own
@@ -81,12 +82,45 @@ func (s *Server) ListenAndServe(addr string) error {
 	return s.Serve(ln)
 }
 
-// ListenAndServeTLS listens on addr and serves WebSockets over TLS, with
-// TLSConfig (if set) and the certificate and key files (if not empty).
+// ListenAndServeTLS listens on the TCP address addr and calls ServeTLS.
 func (s *Server) ListenAndServeTLS(addr, certFile, keyFile string) error {
 	if s.Upgrader.track.closing.Load() {
 		return ErrServerClosed
 	}
+	cfg, err := s.tlsConfig(certFile, keyFile)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	return s.serveTLS(ln, cfg)
+}
+
+// ServeTLS serves WebSockets over TLS on ln, with TLSConfig (if set) and
+// the certificate and key files (if not empty), as Serve does. In netpoll
+// mode its connections are served by the event loops once their TLS
+// handshake is done, which a *tls.Conn made by a tls.NewListener of yours
+// cannot be: crypto/tls reads the net.Conn it was made over for its life.
+func (s *Server) ServeTLS(ln net.Listener, certFile, keyFile string) error {
+	cfg, err := s.tlsConfig(certFile, keyFile)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	return s.serveTLS(ln, cfg)
+}
+
+func (s *Server) serveTLS(ln net.Listener, cfg *tls.Config) error {
+	if s.config().Netpoll {
+		ln = netpoll.Listener(ln)
+	}
+	return s.Serve(tls.NewListener(ln, cfg))
+}
+
+// tlsConfig is a copy of TLSConfig with the certificate files added.
+func (s *Server) tlsConfig(certFile, keyFile string) (*tls.Config, error) {
 	cfg := &tls.Config{}
 	if s.TLSConfig != nil {
 		cfg = s.TLSConfig.Clone()
@@ -94,15 +128,11 @@ func (s *Server) ListenAndServeTLS(addr, certFile, keyFile string) error {
 	if certFile != "" || keyFile != "" {
 		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		cfg.Certificates = append(cfg.Certificates, cert)
 	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return err
-	}
-	return s.Serve(tls.NewListener(ln, cfg))
+	return cfg, nil
 }
 
 // Serve accepts connections on ln until Shutdown or Close, then returns

@@ -1,8 +1,12 @@
 package gust
 
 import (
+	"errors"
+	"io"
 	"net"
 	"time"
+
+	"github.com/gustws/gust/internal/netpoll"
 )
 
 // A transport carries a connection's bytes once its handshake is done. It
@@ -10,8 +14,8 @@ import (
 // that is and by Options.Netpoll:
 //
 //   - loopConn (netpoll.go): in netpoll mode, gust's own socket, which an
-//     event loop waits on (internal/netpoll);
-//   - rawTransport (transport_unix.go): in goroutine mode, a *net.TCPConn or
+//     event loop waits on (internal/netpoll); tlsLoop, crypto/tls over it;
+//   - rawTransport: in goroutine mode, a *net.TCPConn or
 //     *net.UnixConn, read and written through its syscall.RawConn, so that
 //     an idle connection waits for bytes without a read buffer and a write
 //     arms WriteTimeout only when it must wait;
@@ -35,10 +39,11 @@ type transport interface {
 
 // chooseTransport returns c's transport for its net.Conn.
 func (c *Conn) chooseTransport() transport {
-	if c.cfg.Netpoll {
-		if lc := (*loopConn)(c); lc.adopt() {
-			return lc
+	if c.cfg.Netpoll && (*loopConn)(c).adopt() {
+		if c.conn != c.sock() {
+			return (*tlsLoop)(c)
 		}
+		return (*loopConn)(c)
 	}
 	if t := newRawTransport(c); t != nil {
 		return t
@@ -116,4 +121,65 @@ func (w *writeState) deadline() time.Time {
 		return time.Unix(0, u)
 	}
 	return time.Time{}
+}
+
+// rawTransport reads and writes a *net.TCPConn's or *net.UnixConn's
+// descriptor through its syscall.RawConn (goroutine mode, Unix), still
+// waiting in the runtime's netpoller: an idle connection holds no read
+// buffer (netpoll.Raw). A write costs no deadline change while the socket
+// takes the bytes: WriteTimeout is armed only when a write would block,
+// moved at each later wait (it bounds a write that makes no progress), and
+// cleared once the write completes.
+type rawTransport struct {
+	c   *Conn
+	arm func() bool // armWrite bound once, so that a write allocates nothing
+	netpoll.Raw
+}
+
+// newRawTransport returns c's raw transport, or nil when its net.Conn is
+// not a syscall.Conn (or not on Unix).
+func newRawTransport(c *Conn) transport {
+	t := &rawTransport{c: c}
+	if !t.Raw.Init(c.conn) {
+		return nil
+	}
+	t.arm = t.armWrite
+	return t
+}
+
+func (t *rawTransport) direct() bool { return true }
+
+func (t *rawTransport) read(dst []byte, try bool) (*[]byte, int, bool, error) {
+	buf, n, again, err := t.Raw.Read(dst, t.c.cfg.idleReadSize(), try)
+	if err != nil {
+		return nil, 0, false, t.opError("read", err)
+	}
+	return buf, n, again, nil
+}
+
+func (t *rawTransport) write(p []byte, try bool) (int, error) {
+	n, armed, err := t.Raw.Write(p, try, t.arm)
+	if armed {
+		t.c.conn.SetWriteDeadline(t.c.wr.deadline())
+	}
+	if err != nil {
+		return n, t.opError("write", err)
+	}
+	return n, nil
+}
+
+func (t *rawTransport) armWrite() bool { return t.c.wr.armTimeout(t.c.conn, t.c.cfg.WriteTimeout) }
+
+// opError wraps err as the net.Conn's own Read or Write would, but io.EOF;
+// RawConn's errors say "raw-read" and "raw-write", unwrapped here.
+func (t *rawTransport) opError(op string, err error) error {
+	var oe *net.OpError
+	if errors.As(err, &oe) {
+		err = oe.Err
+	}
+	if err == io.EOF {
+		return err
+	}
+	la := t.c.conn.LocalAddr()
+	return &net.OpError{Op: op, Net: la.Network(), Source: la, Addr: t.c.conn.RemoteAddr(), Err: err}
 }

@@ -161,8 +161,7 @@ func TestUpgradeBehindMiddleware(t *testing.T) {
 				c.expectMessage(OpText, []byte("through middleware"))
 				return
 			}
-			nc, err := net.Dial("tcp", addr)
-			require.NoError(t, err)
+			nc := dialNet(t, addr)
 			defer nc.Close()
 			c := &rawClient{t: t, nc: nc, br: bufio.NewReader(nc)}
 			resp := c.rawRequest(handshakeRequest(addr))
@@ -179,8 +178,7 @@ func TestNoCommonSubprotocol(t *testing.T) {
 		proto := make(chan string, 1)
 		h.open = func(c *Conn) { proto <- c.Subprotocol() }
 		addr := m.serve(t, h, nil, func(u *Upgrader) { u.Subprotocols = []string{"v2"} })
-		nc, err := net.Dial("tcp", addr)
-		require.NoError(t, err)
+		nc := dialNet(t, addr)
 		defer nc.Close()
 		c := &rawClient{t: t, nc: nc, br: bufio.NewReader(nc)}
 		resp := c.rawRequest(handshakeRequest(addr, "Sec-WebSocket-Protocol: v1"))

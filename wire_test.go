@@ -110,13 +110,15 @@ func forEachMode(t *testing.T, f func(t *testing.T, m serverMode)) {
 // WebSocket straight over a TCP connection to the address: the tests that
 // use it dial, reset or half-close that connection themselves.
 func forEachTCPMode(t *testing.T, f func(t *testing.T, m serverMode)) {
-	forEachMode(t, func(t *testing.T, m serverMode) {
-		if m.path == "h2" {
-			t.Skipf("mode %s: the test needs a plain TCP connection", m.name)
-		}
-		f(t, m)
-	})
+	for _, m := range append(serverModes[:len(serverModes):len(serverModes)], tlsStreamModes...) {
+		t.Run(m.name, func(t *testing.T) { f(t, m) })
+	}
 }
+
+// tlsStreamModes are the TLS modes forEachTCPMode runs too (Linux): their
+// clients dial TLS over TCP (dialRaw), and a test that reaches the TCP
+// connection under it does so with tcpOf.
+var tlsStreamModes []serverMode
 
 type rawClient struct {
 	t        *testing.T
@@ -128,6 +130,7 @@ type rawClient struct {
 }
 
 func handshakeRequest(addr string, extra ...string) string {
+	addr = strings.TrimPrefix(addr, "tls://")
 	var key [16]byte
 	rand.Read(key[:])
 	s := "GET / HTTP/1.1\r\nHost: " + addr + "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
@@ -144,6 +147,9 @@ func dialRaw(t *testing.T, addr string, after []byte, headers ...string) *rawCli
 	t.Helper()
 	if strings.HasPrefix(addr, "h2://") {
 		return dialH2(t, addr, after, headers...)
+	}
+	if strings.HasPrefix(addr, "tls://") {
+		return dialTLS(t, addr, after, headers...)
 	}
 	nc, err := net.Dial("tcp", addr)
 	require.NoError(t, err)

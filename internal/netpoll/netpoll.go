@@ -9,6 +9,11 @@
 // on a Sock (a write into a full socket, a read that must block) are woken
 // by the same loop, which watches both directions, edge-triggered.
 //
+// crypto/tls reads the net.Conn it was made over for its life: a *tls.Conn
+// made over an Under (Listener) goes to a loop as its Under moves to a Sock.
+// Raw is goroutine mode's way to the descriptor, through the runtime's
+// netpoller.
+//
 // The package knows nothing of WebSocket: an Owner is whatever serves the
 // bytes. Event loops need epoll (Linux); elsewhere Adopt fails with
 // errors.ErrUnsupported and no Sock exists.
