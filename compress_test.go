@@ -2,6 +2,7 @@ package gust
 
 import (
 	"bytes"
+	"fmt"
 	"runtime"
 	"strings"
 	"testing"
@@ -147,4 +148,65 @@ func TestWriteUncompressed(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, byte(0xC2), b0)
 	require.Equal(t, big, testkit.NewDeflatePeer().Decompress(t, p))
+}
+
+// TestCompressedBurstKeepsBudget has 40 connections each send a batch of
+// compressed messages at once, in each server mode: at most the budget of
+// compressors stays held between messages, the ones lent for a batch come
+// back with it (EndBatch), every echo decodes on the client's side, and a
+// message repeated in the next batch refers back whatever the connection
+// kept. Not parallel: the counts are process-wide.
+func TestCompressedBurstKeepsBudget(t *testing.T) {
+	msgs := make([][]byte, 3)
+	for i := range msgs {
+		msgs[i] = fmt.Appendf(nil, `[%s]`, strings.Repeat(fmt.Sprintf(`{"n":%d,"user":"ann-%d","text":"hello there"},`, i, i*7), 25))
+	}
+	_, _, budget := deflate.Kept()
+	for _, m := range serverModes {
+		t.Run(m.name, func(t *testing.T) {
+			h := newEcho()
+			addr := m.start(t, h, &Options{Compression: CompressionOptions{Enabled: true}})
+			const conns = 40
+			clients := make([]*rawClient, conns)
+			peers := make([]*testkit.DeflatePeer, conns)
+			var batch []byte
+			for _, msg := range msgs {
+				batch = append(batch, frame(0xC1, testkit.NewDeflatePeer().Compress(msg))...)
+			}
+			for i := range clients {
+				clients[i] = dialRaw(t, addr, nil, "Sec-WebSocket-Extensions: permessage-deflate")
+				peers[i] = testkit.NewDeflatePeer()
+			}
+			for _, c := range clients {
+				c.send(batch) // one write: one batch on the server
+			}
+			for i, c := range clients {
+				for _, msg := range msgs {
+					b0, p, err := c.readFrame()
+					require.NoError(t, err)
+					require.Equal(t, byte(0xC1), b0)
+					require.Equal(t, msg, peers[i].Decompress(t, p), "conn %d", i)
+				}
+			}
+			held, lent, _ := deflate.Kept()
+			require.Zero(t, lent, "every batch gave back what it borrowed")
+			require.LessOrEqual(t, held, budget)
+
+			again := frame(0xC1, testkit.NewDeflatePeer().Compress(msgs[2]))
+			for i, c := range clients {
+				c.send(again)
+				b0, p, err := c.readFrame()
+				require.NoError(t, err)
+				require.Equal(t, byte(0xC1), b0)
+				require.Less(t, len(p), 50, "conn %d: the repeat refers back to its last batch", i)
+				require.Equal(t, msgs[2], peers[i].Decompress(t, p))
+			}
+			for _, c := range clients {
+				c.nc.Close()
+			}
+			for range clients {
+				h.waitClose(t)
+			}
+		})
+	}
 }

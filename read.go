@@ -803,6 +803,7 @@ func (c *Conn) uncork() (yield, error) {
 	}
 	c.rd.uncorkDue = false
 	c.wr.corked, c.wr.early = false, false
+	c.deflate.EndBatch()
 	err := c.flushLocked()
 	c.wr.noWait = false
 	if err == nil && !c.rd.loop {

@@ -88,7 +88,7 @@ func (c *Conn) writeMessageLocked(op Opcode, p []byte, compress bool) error {
 	if err := c.writableLocked(); err != nil {
 		return err
 	}
-	buf, n, err := d.Compress(p)
+	buf, n, err := d.Compress(p, c.wr.corked)
 	if err != nil {
 		return c.writeFailed(err)
 	}
@@ -377,5 +377,6 @@ func (c *Conn) batchLocked(write func()) error {
 	if wasCorked {
 		return nil
 	}
+	c.deflate.EndBatch()
 	return c.flushLocked()
 }

@@ -2,8 +2,6 @@ package deflate
 
 import (
 	"bytes"
-	"io"
-	"runtime"
 	"sync"
 	"time"
 
@@ -24,10 +22,12 @@ type State struct {
 	writeLock    sync.Locker
 	writeBits    int
 	writeNoCtx   bool
-	fw           *flate.Writer // held between messages only with context takeover, while busy
+	fw           *flate.Writer // with context takeover, held between messages while busy, within the budget (hold.go)
+	lent         bool          // fw is lent for the current batch of writes only
+	recent       *[]byte       // the last bytes sent, to prime a pooled compressor with, when fw is not held
 	writeSink    sink
 	stream       Stream      // the message NextWriter compresses, while one is open
-	idleTimer    *time.Timer // gives fw back once the connection stops sending
+	idleTimer    *time.Timer // gives fw or recent back once the connection stops sending
 	timerArmed   bool
 	usedRecently bool
 	released     bool // Release ran: the connection ended
@@ -72,69 +72,6 @@ func (d *State) Directions() (write, read Direction) {
 	return Direction{d.writeBits, d.writeNoCtx}, Direction{d.readBits, d.readNoCtx}
 }
 
-// Compressors are kept for reuse in small free lists, by level (1–9) and
-// by window bits (8–14, levels ignored: flate's custom-window encoder has
-// one). A free list, unlike a sync.Pool, drops what it has no room for at
-// once: when a thousand connections go idle together, their compressors
-// (~800 KiB each) are garbage at the next GC, not two GCs later.
-var (
-	writerFree [flate.BestCompression + 1]freeList
-	windowFree [MaxWindowBits]freeList
-)
-
-// freeList holds up to 2×GOMAXPROCS idle compressors.
-type freeList struct {
-	once sync.Once
-	ch   chan *flate.Writer
-}
-
-func (f *freeList) list() chan *flate.Writer {
-	f.once.Do(func() { f.ch = make(chan *flate.Writer, max(2, 2*runtime.GOMAXPROCS(0))) })
-	return f.ch
-}
-
-func (f *freeList) get() *flate.Writer {
-	select {
-	case fw := <-f.list():
-		return fw
-	default:
-		return nil
-	}
-}
-
-func (f *freeList) put(fw *flate.Writer) {
-	select {
-	case f.list() <- fw:
-	default: // full: let the GC have it
-	}
-}
-
-func (d *State) freeList() *freeList {
-	if d.writeBits < MaxWindowBits {
-		return &windowFree[d.writeBits]
-	}
-	return &writerFree[d.level]
-}
-
-func (d *State) getWriter(w io.Writer) *flate.Writer {
-	if fw := d.freeList().get(); fw != nil {
-		fw.Reset(w)
-		return fw
-	}
-	var fw *flate.Writer
-	if d.writeBits < MaxWindowBits {
-		fw, _ = flate.NewWriterWindow(w, 1<<d.writeBits) // 256 B to 16 KiB: always valid
-	} else {
-		fw, _ = flate.NewWriter(w, d.level) // level checked by Config.WithDefaults
-	}
-	return fw
-}
-
-func (d *State) putWriter(fw *flate.Writer) {
-	fw.ResetDict(nil, nil) // forget the dictionary: the next user has its own
-	d.freeList().put(fw)
-}
-
 // sink collects compressed bytes into a pooled buffer.
 type sink struct {
 	buf *[]byte
@@ -153,30 +90,27 @@ func (s *sink) Write(p []byte) (int, error) {
 }
 
 // Compress deflates p into a pooled buffer, without the 4-byte sync tail
-// (RFC 7692 §7.2.1), and with context takeover keeps the compressor, to be
-// given back once the connection stops sending. The caller holds the write
-// lock and puts the buffer back.
-func (d *State) Compress(p []byte) (*[]byte, int, error) {
+// (RFC 7692 §7.2.1). With context takeover the connection keeps, for its
+// next message, its compressor or the last bytes it sent (keep), until it
+// stops sending; corked says that more writes may follow before the
+// connection calls EndBatch. The caller holds the write lock and puts the
+// buffer back.
+func (d *State) Compress(p []byte, corked bool) (*[]byte, int, error) {
 	d.writeSink = sink{}
 	fw := d.fw
 	if fw == nil {
-		// After an idle release the compressor starts from an empty
-		// window: context takeover allows back-references into earlier
-		// messages, it never requires them, so the peer decodes this as
-		// well, and gust keeps no copy of what it sent.
-		fw = d.getWriter(&d.writeSink)
+		// A pooled compressor, primed with the last bytes sent if the
+		// connection kept them, or else starting from an empty window
+		// (after an idle release): context takeover allows
+		// back-references into earlier messages, it never requires them,
+		// so the peer decodes this as well.
+		fw = d.getWriter(&d.writeSink, d.recentBytes())
 	}
 	_, err := fw.Write(p)
 	if err == nil {
 		err = fw.Flush()
 	}
-	if d.writeNoCtx || err != nil {
-		d.putWriter(fw)
-		d.fw = nil
-	} else {
-		d.fw = fw
-		d.usedRecently = true
-	}
+	d.keep(fw, p, err == nil, corked)
 	buf, n := d.writeSink.buf, d.writeSink.n
 	d.writeSink = sink{}
 	if err != nil {
@@ -186,7 +120,6 @@ func (d *State) Compress(p []byte) (*[]byte, int, error) {
 	if n >= 4 {
 		n -= 4 // drop 00 00 ff ff
 	}
-	d.armIdleRelease()
 	return buf, n, nil
 }
 
@@ -206,7 +139,7 @@ func (d *State) Setting() Setting { return Setting{level: d.level, bits: d.write
 // context (a PreparedMessage). It needs no lock.
 func (d *State) CompressAlone(p []byte) (*[]byte, int, error) {
 	var s sink
-	fw := d.getWriter(&s)
+	fw := d.getWriter(&s, nil)
 	_, err := fw.Write(p)
 	if err == nil {
 		err = fw.Flush()
@@ -217,17 +150,6 @@ func (d *State) CompressAlone(p []byte) (*[]byte, int, error) {
 		return nil, 0, err
 	}
 	return s.buf, max(0, s.n-4), nil
-}
-
-// DropContext gives the held compressor back, so that the next message
-// starts from an empty window: the peer's window now holds a message (one
-// CompressAlone made) that the compressor has not seen, and its
-// back-references would be off.
-func (d *State) DropContext() {
-	if d.fw != nil {
-		d.putWriter(d.fw)
-		d.fw = nil
-	}
 }
 
 // Stream is a message compressed as it is written, in fragments
@@ -242,18 +164,21 @@ type Stream struct {
 }
 
 // StartStream takes the connection's compressor (taking the write lock for
-// that), or a fresh one, which the peer decodes as well, for a message
-// compressed in fragments; the sink's first buffer has size bytes. The
-// state holds no compressor meanwhile, so that the idle release leaves the
-// stream's alone.
+// that), or a pooled one primed with the last bytes sent, or a fresh one,
+// which the peer decodes as well, for a message compressed in fragments;
+// the sink's first buffer has size bytes. The state holds no compressor
+// and no bytes meanwhile, so that the idle release leaves the stream's
+// alone.
 func (d *State) StartStream(headroom, size int) *Stream {
 	d.writeLock.Lock()
 	fw := d.fw
-	d.fw = nil
-	d.writeLock.Unlock()
-	if fw == nil {
-		fw = d.getWriter(&d.writeSink)
+	if fw != nil {
+		d.unhold()
+	} else {
+		fw = d.getWriter(&d.writeSink, d.recentBytes())
 	}
+	d.dropRecent() // the stream's bytes are not kept: the message after it starts from its compressor's window or an empty one
+	d.writeLock.Unlock()
 	d.stream = Stream{d: d, fw: fw, headroom: headroom}
 	d.writeSink = sink{buf: bufpool.Get(size), n: headroom}
 	return &d.stream
@@ -285,69 +210,19 @@ func (s *Stream) Fragment(final bool) (*[]byte, int) {
 func (s *Stream) Sent() { s.d.writeSink.n = s.headroom }
 
 // End gives the sink's buffer back, and the compressor to the connection
-// when keep is set and context takeover is in use (or to the free list);
-// keep is false when the message failed or the connection ended. The
-// caller holds the write lock.
+// when keep is set, context takeover is in use and the budget allows (or to
+// the free list); keep is false when the message failed or the connection
+// ended. The caller holds the write lock.
 func (s *Stream) End(keep bool) {
 	d := s.d
 	bufpool.Put(d.writeSink.buf)
 	d.writeSink = sink{}
-	if d.writeNoCtx || !keep || d.fw != nil {
-		d.putWriter(s.fw)
-	} else {
+	if keep && !d.writeNoCtx && d.fw == nil && !d.released && tryHold() {
 		d.fw = s.fw
 		d.usedRecently = true
 		d.armIdleRelease()
+	} else {
+		d.putWriter(s.fw)
 	}
 	*s = Stream{}
-}
-
-// idleRelease is how long a connection keeps its compressor after its last
-// compressed message, with context takeover. Then the compressor goes back
-// to the free list: idle connections hold kilobytes, not the hundreds of
-// kilobytes of a compressor.
-const idleRelease = time.Second
-
-// armIdleRelease schedules the release of a held compressor.
-func (d *State) armIdleRelease() {
-	if d.fw == nil || d.timerArmed {
-		return
-	}
-	d.timerArmed = true
-	if d.idleTimer == nil {
-		d.idleTimer = time.AfterFunc(idleRelease, d.releaseIdle)
-	} else {
-		d.idleTimer.Reset(idleRelease)
-	}
-}
-
-// releaseIdle runs on a timer: it gives the compressor back when nothing
-// was compressed since the last check, and looks again later otherwise.
-func (d *State) releaseIdle() {
-	d.writeLock.Lock()
-	defer d.writeLock.Unlock()
-	if d.fw == nil || d.released {
-		d.timerArmed = false
-		return
-	}
-	if d.usedRecently {
-		d.usedRecently = false
-		d.idleTimer.Reset(idleRelease)
-		return
-	}
-	d.putWriter(d.fw)
-	d.fw = nil
-	d.timerArmed = false
-}
-
-// Release gives the compressor back when the connection ends.
-func (d *State) Release() {
-	d.released = true
-	if d.idleTimer != nil {
-		d.idleTimer.Stop()
-	}
-	if d.fw != nil {
-		d.putWriter(d.fw)
-		d.fw = nil
-	}
 }

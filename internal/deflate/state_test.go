@@ -43,7 +43,7 @@ func locked(t *testing.T, p Params) (*State, *sync.Mutex) {
 // compress is Compress under the lock, as bytes.
 func compress(t *testing.T, d *State, mu *sync.Mutex, p []byte) []byte {
 	mu.Lock()
-	buf, n, err := d.Compress(p)
+	buf, n, err := d.Compress(p, false)
 	mu.Unlock()
 	require.NoError(t, err)
 	defer bufpool.Put(buf)
