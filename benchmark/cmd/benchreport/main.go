@@ -53,6 +53,8 @@ type result struct {
 	DeflateOut    float64 `json:"deflate_out_ratio"`
 	Deflate       string  `json:"deflate"`
 	GoroutinesPer float64 `json:"goroutines_per_conn"`
+	PeakHeap      float64 `json:"peak_heap_per_conn_kb"`
+	PeakRSS       float64 `json:"peak_rss_per_conn_kb"`
 	Conns         int     `json:"conns"`
 	Window        int     `json:"window"`
 	Payload       int     `json:"payload_bytes"`
@@ -86,7 +88,7 @@ var scenarios = []scenario{
 	{"f", "request/response, 600 in flight over 4 connections, 1 KiB (sockety-style QPS)", "QPS", "QPS", func(r result) float64 { return r.MsgPerSec }, false, "", nil},
 	{"z", "permessage-deflate echo, context takeover: 200 connections, 16 in flight each, 2 KiB JSON", "msg/s", "msg/s",
 		func(r result) float64 { return r.MsgPerSec }, false, "gws-deflate", nil},
-	{"y", "1,000 idle compressed connections (context takeover), one 2 KiB JSON echo each", "heap KiB per connection after two GCs", "KiB",
+	{"y", "1,000 compressed connections (context takeover) that all echo one 2 KiB JSON at once, then idle", "heap KiB per connection after two GCs", "KiB",
 		func(r result) float64 { return r.HeapSettled }, true, "gws-deflate",
 		func(a *agg) string {
 			return fmt.Sprintf("(%s after one GC, as in e)", num(a.median(func(r result) float64 { return r.HeapPerConn })))
@@ -182,7 +184,7 @@ func (a *agg) spread(f func(result) float64) (lo, hi float64) {
 // order puts gust first, then the peers, then the raw references.
 func order(names []string) []string {
 	rank := map[string]int{"gust": 0, "gws": 1, "gorilla": 2, "coder": 3, "gobwas": 4, "nbio": 5, "raw-record": 6, "raw-buf": 7, "raw-copy": 8,
-		"gust-deflate": 0, "gust-metrics": 0, "gws-deflate": 1, "gws-deflate-w15": 1, "gorilla-deflate": 2}
+		"gust-deflate": 0, "gust-netpoll-deflate": 0, "gust-metrics": 0, "gws-deflate": 1, "gws-deflate-w15": 1, "gorilla-deflate": 2}
 	sort.SliceStable(names, func(i, j int) bool {
 		ri, ok1 := rank[names[i]]
 		rj, ok2 := rank[names[j]]
@@ -246,7 +248,7 @@ func write(lines []line, mdPath, machine, command string) (string, map[string]st
 					if sc.id == "e" {
 						sc.title = fmt.Sprintf("%d idle connections after the handshake", a.runs[0].Conns)
 					} else {
-						sc.title = fmt.Sprintf("%d idle compressed connections (context takeover), one %d-byte JSON echo each",
+						sc.title = fmt.Sprintf("%d compressed connections (context takeover) that all echo one %d-byte JSON at once, then idle",
 							a.runs[0].Conns, a.runs[0].Payload)
 					}
 					break
@@ -403,7 +405,13 @@ func table(sc scenario, names []string, aggs map[string]*agg) string {
 		settled := func(r result) float64 { return r.HeapSettled }
 		live := func(r result) float64 { return r.HeapLive }
 		rss := func(r result) float64 { return r.RSSPerConn }
+		peakHeap := func(r result) float64 { return r.PeakHeap }
+		peakRSS := func(r result) float64 { return r.PeakRSS }
+		w15 := aggs["gws-deflate-w15"]
 		cols = []col{
+			{"peak heap KiB / conn (echoes)", func(a *agg) string { return withRange(a, peakHeap) }},
+			{"× gws-deflate-w15", func(a *agg) string { return ratio(a, w15, peakHeap) }},
+			{"peak RSS KiB / conn", func(a *agg) string { return withRange(a, peakRSS) }},
 			{"heap KiB / conn (1 GC)", func(a *agg) string { return withRange(a, heap) }},
 			{"× " + base, func(a *agg) string { return ratio(a, gws, heap) }},
 			{"heap KiB / conn (2 GCs)", func(a *agg) string { return withRange(a, settled) }},
@@ -412,6 +420,7 @@ func table(sc scenario, names []string, aggs map[string]*agg) string {
 			{"× " + base, func(a *agg) string { return ratio(a, gws, live) }},
 			{"RSS KiB / conn", func(a *agg) string { return withRange(a, rss) }},
 			{"RSS × " + base, func(a *agg) string { return ratio(a, gws, rss) }},
+			{"RSS × gws-deflate-w15", func(a *agg) string { return ratio(a, w15, rss) }},
 			{"goroutines / conn", ms(func(r result) float64 { return r.GoroutinesPer })},
 		}
 	case "l5", "l20":

@@ -9,7 +9,9 @@
 //
 //	/debug/stats        JSON: pid, goroutines, heap_inuse, heap_alloc, heap_objects, mallocs,
 //	                    frees, num_gc, sys, rss_kb; ?gc=N runs N garbage collections first
-//	                    (at most 5; for idle memory: the second one also empties sync.Pools)
+//	                    (at most 5; for idle memory: the second one also empties sync.Pools);
+//	                    ?peak=start resets the peaks and samples the heap every millisecond,
+//	                    ?peak=stop stops and adds heap_inuse_peak and rss_peak_kb (VmHWM)
 //	/debug/pprof/...    the standard net/http/pprof handlers
 //
 // Sending SIGUSR1 prints the same stats as a JSON line on stdout. -memprofilerate 1 makes
@@ -112,6 +114,12 @@ type Stats struct {
 	NumGC       uint32 `json:"num_gc"`
 	Sys         uint64 `json:"sys"`
 	RSSKB       int64  `json:"rss_kb"`
+
+	// With ?peak=stop: the largest HeapInuse sampled since ?peak=start, and the kernel's
+	// peak RSS since then (VmHWM, reset through /proc/self/clear_refs).
+	HeapInusePeak uint64 `json:"heap_inuse_peak,omitempty"`
+	RSSPeakKB     int64  `json:"rss_peak_kb,omitempty"`
+	PeakSamples   int    `json:"peak_samples,omitempty"`
 }
 
 // readStats reads the runtime's statistics after gcs garbage collections.
@@ -133,7 +141,19 @@ func debugMux() *http.ServeMux {
 	mux.HandleFunc("/debug/stats", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		gcs, _ := strconv.Atoi(r.URL.Query().Get("gc"))
-		_ = json.NewEncoder(w).Encode(readStats(min(max(gcs, 0), 5)))
+		var peak peakStats
+		switch r.URL.Query().Get("peak") {
+		case "start":
+			if err := peaks.start(); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+		case "stop":
+			peak = peaks.stop()
+		}
+		s := readStats(min(max(gcs, 0), 5))
+		s.HeapInusePeak, s.RSSPeakKB, s.PeakSamples = peak.heap, peak.rssKB, peak.samples
+		_ = json.NewEncoder(w).Encode(s)
 	})
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -143,13 +163,16 @@ func debugMux() *http.ServeMux {
 	return mux
 }
 
-func rssKB() int64 {
+func rssKB() int64 { return statusKB("VmRSS:") }
+
+// statusKB reads a field of /proc/self/status given in kB (VmRSS:, VmHWM:).
+func statusKB(field string) int64 {
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		return -1
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(line, field); ok {
 			n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
 			return n
 		}

@@ -220,6 +220,10 @@ func summary(w io.Writer, r *load.Result) {
 			fmt.Fprint(w, "Held")
 		}
 		fmt.Fprintf(w, " %d idle connections for %.1fs\n", r.Conns, r.Seconds)
+		if r.ServerHeapPeakKB > 0 {
+			fmt.Fprintf(w, "Server peak during the echoes: heap in use %.0f KiB (%.2f KiB per connection), RSS %d KiB (%.2f KiB per connection)\n",
+				r.ServerHeapPeakKB, r.PeakHeapPerConnKB, r.ServerRSSPeakKB, r.PeakRSSPerConnKB)
+		}
 		if r.ServerPID > 0 {
 			fmt.Fprintf(w, "Server RSS %d -> %d KiB: %.2f KiB per connection\n", r.ServerRSSBeforeKB, r.ServerRSSAfterKB, r.RSSPerConnKB)
 		}
@@ -244,6 +248,10 @@ func summary(w io.Writer, r *load.Result) {
 		if s := r.Seq; s != nil {
 			fmt.Fprintf(w, "Sequence numbers consecutive on every connection: first %d..%d, last %d..%d; %d connections received none\n",
 				s.FirstMin, s.FirstMax, s.LastMin, s.LastMax, s.Empty)
+		}
+		if r.ServerHeapPeakKB > 0 {
+			fmt.Fprintf(w, "Server peak: heap in use %.0f KiB (%.2f KiB per connection), RSS %d KiB (%.2f KiB per connection)\n",
+				r.ServerHeapPeakKB, r.PeakHeapPerConnKB, r.ServerRSSPeakKB, r.PeakRSSPerConnKB)
 		}
 	default:
 		fmt.Fprintf(w, "Echoed %d messages in %.2fs (+%d in flight at the end), every one verified\n", r.Messages, r.Seconds, r.Drained)

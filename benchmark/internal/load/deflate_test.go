@@ -3,9 +3,14 @@ package load
 import (
 	"bytes"
 	"compress/flate"
+	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -211,4 +216,61 @@ func TestIdleAfterEcho(t *testing.T) {
 	srv2 := testServer{CloseAfter: 1}
 	_, err = run(t, Config{Target: srv2.start(t), Conns: 3, Idle: true, Count: 1, Duration: 500 * time.Millisecond})
 	mustFail(t, err, "server closed the connection")
+}
+
+// peakStats is a stand-in for echoserver's /debug/stats: 1 MiB of heap in use, and 1 MiB more
+// at the peak it reports on ?peak=stop once ?peak=start came first.
+type peakStats struct {
+	mu     sync.Mutex
+	calls  []string // the peak= values, in order
+	server *httptest.Server
+}
+
+func (p *peakStats) start(t *testing.T) string {
+	p.server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		peak := r.URL.Query().Get("peak")
+		p.mu.Lock()
+		p.calls = append(p.calls, peak)
+		p.mu.Unlock()
+		s := map[string]any{"heap_inuse": 1 << 20, "heap_alloc": 1 << 20, "goroutines": 1}
+		if peak == "stop" {
+			s["heap_inuse_peak"] = 2 << 20
+			s["rss_peak_kb"] = 1 << 30 // far above gustload's own RSS, which stands for the server's
+		}
+		_ = json.NewEncoder(w).Encode(s)
+	}))
+	t.Cleanup(p.server.Close)
+	return p.server.URL + "/debug/stats"
+}
+
+// TestPeakDuringEchoes checks that idle mode with a count samples the server's peak memory
+// over the echoes, and -recv-only over the measured phase.
+func TestPeakDuringEchoes(t *testing.T) {
+	var stats peakStats
+	srv := testServer{Deflate: true}
+	res, err := run(t, Config{Target: srv.start(t), Conns: 16, Idle: true, Count: 1, Message: jsonMessage(2048),
+		Deflate: true, Duration: 100 * time.Millisecond, StatsURL: stats.start(t), ServerPID: os.Getpid()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ServerHeapPeakKB != 2048 || res.PeakHeapPerConnKB != 1024.0/16 || res.PeakRSSPerConnKB <= 0 {
+		t.Fatalf("peaks %v KiB, %v and %v KiB per connection", res.ServerHeapPeakKB, res.PeakHeapPerConnKB, res.PeakRSSPerConnKB)
+	}
+	stats.mu.Lock()
+	calls := strings.Join(stats.calls, ",")
+	stats.mu.Unlock()
+	// before the ramp, the burst's start and stop, then the two readings after the hold
+	if calls != ",start,stop,," {
+		t.Fatalf("stats requests %q", calls)
+	}
+
+	var stats2 peakStats
+	push := testServer{Push: 100}
+	res, err = run(t, Config{Target: push.start(t), Conns: 4, RecvOnly: true, Duration: 200 * time.Millisecond, StatsURL: stats2.start(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.PeakHeapPerConnKB != 1024.0/4 {
+		t.Fatalf("recv-only peak %v KiB per connection", res.PeakHeapPerConnKB)
+	}
 }

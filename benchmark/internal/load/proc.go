@@ -72,17 +72,39 @@ type ServerStats struct {
 	HeapAlloc  uint64 `json:"heap_alloc"`
 	Mallocs    uint64 `json:"mallocs"`
 	RSSKB      int64  `json:"rss_kb"`
+
+	// With ?peak=stop (fetchPeak): the heap's high-water mark since ?peak=start, sampled every
+	// millisecond, and the kernel's peak RSS (VmHWM) since then. Zero from a server that does
+	// not sample.
+	HeapInusePeak uint64 `json:"heap_inuse_peak"`
+	RSSPeakKB     int64  `json:"rss_peak_kb"`
 }
 
 // fetchStats reads the server's stats, after gcs garbage collections (echoserver's ?gc=N).
 func fetchStats(url string, gcs int) (*ServerStats, error) {
 	if gcs > 0 {
-		sep := "?"
-		if strings.Contains(url, "?") {
-			sep = "&"
-		}
-		url += sep + "gc=" + strconv.Itoa(gcs)
+		url = withQuery(url, "gc="+strconv.Itoa(gcs))
 	}
+	return getStats(url)
+}
+
+// fetchPeak starts (start true) or stops the server's sampling of its peak memory
+// (echoserver's ?peak=start and ?peak=stop); stopping returns the peaks.
+func fetchPeak(url string, start bool) (*ServerStats, error) {
+	if start {
+		return getStats(withQuery(url, "peak=start"))
+	}
+	return getStats(withQuery(url, "peak=stop"))
+}
+
+func withQuery(url, q string) string {
+	if strings.Contains(url, "?") {
+		return url + "&" + q
+	}
+	return url + "?" + q
+}
+
+func getStats(url string) (*ServerStats, error) {
 	cl := http.Client{Timeout: 10 * time.Second}
 	resp, err := cl.Get(url)
 	if err != nil {

@@ -70,6 +70,16 @@ type Result struct {
 	HeapLivePerConnKB    float64 `json:"heap_live_per_conn_kb,omitempty"` // HeapAlloc after the second GC: live bytes, no span slack
 	GoroutinesPerConn    float64 `json:"goroutines_per_conn,omitempty"`
 
+	// The server's peak memory while the connections were busy: in idle mode with a count, from
+	// the first message sent to the last echo received (the burst); in -recv-only mode over the
+	// measured phase. The heap is HeapInuse sampled every millisecond by the server (echoserver's
+	// ?peak=), the RSS the kernel's high-water mark (VmHWM); per connection, the growth from
+	// before the ramp. Zero when the server does not sample.
+	ServerHeapPeakKB  float64 `json:"server_heap_peak_kb,omitempty"`
+	ServerRSSPeakKB   int64   `json:"server_rss_peak_kb,omitempty"`
+	PeakHeapPerConnKB float64 `json:"peak_heap_per_conn_kb,omitempty"`
+	PeakRSSPerConnKB  float64 `json:"peak_rss_per_conn_kb,omitempty"`
+
 	// With Seq: the range of the sequence numbers the connections saw.
 	Seq *SeqRange `json:"seq,omitempty"`
 
@@ -275,7 +285,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	var statsStart *ServerStats
 	if cfg.StatsURL != "" {
-		statsStart, _ = fetchStats(cfg.StatsURL, 0)
+		if cfg.RecvOnly {
+			statsStart, _ = fetchPeak(cfg.StatsURL, true)
+		} else {
+			statsStart, _ = fetchStats(cfg.StatsURL, 0)
+		}
 	}
 	// The counters start after the stats request, which a busy server may answer late: in
 	// -recv-only mode the readers already count, and the server already works, while it waits.
@@ -337,7 +351,11 @@ phase:
 	msgs, bytes = msgs-baseMsgs, bytes-baseBytes
 	var statsEnd *ServerStats
 	if cfg.StatsURL != "" && r.error() == nil {
-		statsEnd, _ = fetchStats(cfg.StatsURL, 0)
+		if cfg.RecvOnly {
+			statsEnd, _ = fetchPeak(cfg.StatsURL, false)
+		} else {
+			statsEnd, _ = fetchStats(cfg.StatsURL, 0)
+		}
 	}
 	if err := r.error(); err != nil {
 		return nil, err
@@ -390,7 +408,22 @@ phase:
 		res.ServerHeapAfterKB = float64(statsEnd.HeapInuse) / 1024
 		res.ServerGoroutines = statsEnd.Goroutines
 	}
+	r.peaks(res, statsBefore, statsEnd)
 	return res, nil
+}
+
+// peaks fills in the server's peak memory from the stats that ended its sampling.
+func (r *runner) peaks(res *Result, before, end *ServerStats) {
+	if before == nil || end == nil || end.HeapInusePeak == 0 || len(r.conns) == 0 {
+		return
+	}
+	n := float64(len(r.conns))
+	res.ServerHeapPeakKB = float64(end.HeapInusePeak) / 1024
+	res.PeakHeapPerConnKB = (float64(end.HeapInusePeak) - float64(before.HeapInuse)) / 1024 / n
+	if end.RSSPeakKB > 0 && res.ServerRSSBeforeKB > 0 {
+		res.ServerRSSPeakKB = end.RSSPeakKB
+		res.PeakRSSPerConnKB = float64(end.RSSPeakKB-res.ServerRSSBeforeKB) / n
+	}
 }
 
 // ramp opens cfg.Conns connections, DialConcurrency at a time.
@@ -538,6 +571,11 @@ func (r *runner) echoThenHold(ctx context.Context, res *Result, before *ServerSt
 		writers.Add(1)
 		go func() { defer writers.Done(); c.writeLoop(start) }()
 	}
+	if cfg.StatsURL != "" {
+		if _, err := fetchPeak(cfg.StatsURL, true); err != nil {
+			return nil, err
+		}
+	}
 	r.startTime = time.Now()
 	close(start)
 	done := make(chan struct{})
@@ -555,6 +593,13 @@ func (r *runner) echoThenHold(ctx context.Context, res *Result, before *ServerSt
 			return nil, err
 		}
 		return nil, r.missingError(cfg.Timeout)
+	}
+	if cfg.StatsURL != "" {
+		end, err := fetchPeak(cfg.StatsURL, false)
+		if err != nil {
+			return nil, err
+		}
+		r.peaks(res, before, end)
 	}
 	res.Messages, _ = r.totals()
 	res.Verified = true
