@@ -1,6 +1,8 @@
 package servers
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"runtime"
 	"strconv"
@@ -10,8 +12,9 @@ import (
 )
 
 // The broadcast servers (bcast-*) are echo servers like the others until BROADCAST_CONNS
-// connections are open; then one goroutine publishes a BROADCAST_SIZE-byte text message (1 KiB
-// by default) to every connection, flat out, for as long as that many stay open. gustload
+// connections are open; then one goroutine publishes BROADCAST_SIZE-byte text messages (1 KiB
+// by default, from a bcastFeed) to every connection, flat out, for as long as that many stay
+// open. gustload
 // -recv-only counts what arrives: deliveries per second, and with -pid the server's CPU seconds
 // per million deliveries.
 //
@@ -53,14 +56,41 @@ func bcastConfigFromEnv() bcastConfig {
 	return c
 }
 
-// bcastPayload is a text message of size bytes that compresses about as well as JSON does.
-func bcastPayload(size int) []byte {
-	const words = `{"event":"price","symbol":"GUST","bid":101.25,"ask":101.5,"venue":"loopback","seq":12345}`
-	b := make([]byte, size)
-	for i := range b {
-		b[i] = words[i%len(words)]
+// bcastFeed is what a publisher sends: 64 texts of size bytes, each a run of price ticks (the
+// same keys, other values: a live feed's JSON), taken in turn, so that consecutive messages
+// differ as a real feed's do and a compressor that keeps its context across them (per
+// connection) has something to gain over one that compresses each alone (shared). Only the
+// publisher goroutine calls next; the texts never change once made.
+type bcastFeed struct {
+	msgs [][]byte
+	i    int
+}
+
+func newBcastFeed(size int) *bcastFeed {
+	symbols := []string{"GUST", "GWS", "NBIO", "WSIO", "FLATE"}
+	rng := rand.New(rand.NewPCG(7, uint64(size)))
+	f := &bcastFeed{}
+	seq := 12345
+	for range 64 {
+		b := []byte{'['}
+		for len(b) < size {
+			if len(b) > 1 {
+				b = append(b, ',')
+			}
+			seq++
+			bid := 10000 + rng.IntN(500)
+			b = fmt.Appendf(b, `{"seq":%d,"symbol":%q,"bid":%d.%02d,"ask":%d.%02d,"venue":"loopback","ts":"2026-11-28T10:%02d:%02d.%03dZ"}`,
+				seq, symbols[rng.IntN(len(symbols))], bid/100, bid%100, (bid+25)/100, (bid+25)%100, rng.IntN(60), rng.IntN(60), rng.IntN(1000))
+		}
+		f.msgs = append(f.msgs, b[:size])
 	}
-	return b
+	return f
+}
+
+func (f *bcastFeed) next() []byte {
+	m := f.msgs[f.i]
+	f.i = (f.i + 1) % len(f.msgs)
+	return m
 }
 
 // bcastTrigger starts run once the open connections reach conns, and tells it to stop when

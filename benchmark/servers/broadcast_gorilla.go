@@ -31,14 +31,14 @@ type gorillaReceiver struct {
 
 func startGorillaBroadcast(addr string, compression bool) (Server, error) {
 	cfg := bcastConfigFromEnv()
-	payload := bcastPayload(cfg.size)
+	feed := newBcastFeed(cfg.size)
 	trigger := &bcastTrigger{cfg: cfg}
 	conns := &connSet[*gorillaReceiver]{}
 	var pending atomic.Int64
 	trigger.run = func(stop func() bool) {
 		limit := int64(cfg.conns * cfg.window)
 		for trigger.pace(pending.Load, limit, stop) {
-			pm, err := websocket.NewPreparedMessage(websocket.TextMessage, payload)
+			pm, err := websocket.NewPreparedMessage(websocket.TextMessage, feed.next())
 			if err != nil {
 				return
 			}

@@ -41,7 +41,7 @@ func (g gwsBroadcast) OnClose(c *gws.Conn, _ error) {
 
 func startGWSBroadcast(addr string, pmd gws.PermessageDeflate) (Server, error) {
 	cfg := bcastConfigFromEnv()
-	payload := bcastPayload(cfg.size)
+	feed := newBcastFeed(cfg.size)
 	h := gwsBroadcast{trigger: &bcastTrigger{cfg: cfg}, conns: &connSet[*gws.Conn]{}}
 	var markers atomic.Int64
 	every := max(cfg.window/2, 1)
@@ -51,7 +51,7 @@ func startGWSBroadcast(addr string, pmd gws.PermessageDeflate) (Server, error) {
 				return
 			}
 			conns := h.conns.list()
-			b := gws.NewBroadcaster(gws.OpcodeText, payload)
+			b := gws.NewBroadcaster(gws.OpcodeText, feed.next())
 			for _, c := range conns {
 				_ = b.Broadcast(c) // errors reach OnClose
 			}

@@ -21,14 +21,17 @@ func init() {
 
 func startRawBroadcast(addr string) (Server, error) {
 	cfg := bcastConfigFromEnv()
-	payload := bcastPayload(cfg.size)
-	frame := make([]byte, headerLen(len(payload)), headerLen(len(payload))+len(payload))
-	putHeader(frame, 0x1, len(payload))
-	frame = append(frame, payload...)
+	var frames [][]byte
+	for _, payload := range newBcastFeed(cfg.size).msgs {
+		frame := make([]byte, headerLen(len(payload)), headerLen(len(payload))+len(payload))
+		putHeader(frame, 0x1, len(payload))
+		frames = append(frames, append(frame, payload...))
+	}
 	trigger := &bcastTrigger{cfg: cfg}
 	conns := &connSet[*net.TCPConn]{}
 	trigger.run = func(stop func() bool) {
-		for trigger.pace(nil, 0, stop) {
+		for round := 0; trigger.pace(nil, 0, stop); round++ {
+			frame := frames[round%len(frames)]
 			for _, c := range conns.list() {
 				_, _ = c.Write(frame) // a failed write: the reader below sees the end too
 			}
