@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"sync/atomic"
 	"time"
 
@@ -77,41 +76,42 @@ func (lc *loopConn) adopt() bool {
 			return false
 		}
 	}
-	orig, u := c.conn, netpoll.UnderOf(c.conn) // TLS over an Under: the connection it wraps moves
-	if u != nil {
-		orig = u.Wrapped()
+	var err error
+	if u := netpoll.UnderOf(c.conn); u != nil {
+		err = u.Adopt(lc.register) // TLS over an Under: the connection it wraps moves
+	} else {
+		err = lc.adoptConn()
 	}
-	s, err := netpoll.Adopt(orig)
 	switch {
 	case errors.Is(err, netpoll.ErrNotSocket):
 		lc.fallback(netpollFallbackType, nil)
-		return false
 	case errors.Is(err, errors.ErrUnsupported):
-		return false // no event loops here (not Linux): goroutine mode, as documented
+		// no event loops here (not Linux): goroutine mode, as documented
 	case err != nil:
 		lc.fallback(netpollFallbackFD, err)
-		return false
 	}
-	lc.swap(u, s, s)
-	if err := s.Register((*loopConn)(c)); err != nil {
-		s.Close()
-		lc.swap(u, nil, orig)
-		lc.fallback(netpollFallbackFD, err)
-		return false
-	}
-	orig.Close()
-	return true
+	return err == nil
 }
 
-// swap gives c its socket s (or takes it back, s nil), in place of nc: in
-// its Under u, if its TLS was made over one.
-func (lc *loopConn) swap(u *netpoll.Under, s *netpoll.Sock, nc net.Conn) {
-	if u != nil {
-		u.Move(s)
-	} else {
-		lc.conn = nc
+// adoptConn puts a socket of gust's own, registered, in place of c's
+// net.Conn, which it closes; on failure c keeps its net.Conn.
+func (lc *loopConn) adoptConn() error {
+	s, err := netpoll.Adopt(lc.conn)
+	if err != nil {
+		return err
 	}
+	orig := lc.conn
+	lc.conn = s
+	if err := lc.register(s); err != nil {
+		s.Close()
+		lc.conn = orig
+		return err
+	}
+	orig.Close()
+	return nil
 }
+
+func (lc *loopConn) register(s *netpoll.Sock) error { return s.Register(lc) }
 
 // fallback reports that c stays in goroutine mode despite
 // Options.Netpoll: kind is netpollFallbackFD (err is why) or

@@ -14,7 +14,7 @@ import (
 // crypto/tls: a *tls.Conn keeps the net.Conn it was made over for its life,
 // so netpoll mode cannot swap the socket from above as it does for a plain
 // connection. Made over an Under (Listener), the layer reads and writes the
-// connection it wraps, a *net.TCPConn, until Move gives the Under a Sock:
+// connection it wraps, a *net.TCPConn, until Adopt gives the Under a Sock:
 // from then on its calls reach the Sock, without the layer noticing, and
 // never wait unless asked:
 //
@@ -25,7 +25,7 @@ import (
 //     in order, for the next WriteThrough (or Close) to write.
 type Under struct {
 	nc net.Conn
-	s  atomic.Pointer[Sock] // set by Move
+	s  atomic.Pointer[Sock] // set by Adopt
 
 	// The reader's, during ReadThrough.
 	try     bool // reads do not wait
@@ -79,13 +79,25 @@ func UnderOf(nc net.Conn) *Under {
 	return nil
 }
 
-// Wrapped returns the connection u wraps, which Move replaces.
-func (u *Under) Wrapped() net.Conn { return u.nc }
-
-// Move makes u read and write s from now on; the caller closes the wrapped
-// connection once s is registered, or calls Move(nil) to go back to it if
-// that fails. Nothing may use u meanwhile.
-func (u *Under) Move(s *Sock) { u.s.Store(s) }
+// Adopt moves u from the connection it wraps to a Sock with a duplicate of
+// its descriptor (as Adopt does), which register registers with its loop,
+// and closes that connection. On failure u stays on it. Nothing may use u
+// meanwhile.
+func (u *Under) Adopt(register func(*Sock) error) error {
+	s, err := Adopt(u.nc)
+	if err != nil {
+		return err
+	}
+	u.s.Store(s) // before register: the loop may find s through its owner at once
+	if err := register(s); err != nil {
+		u.s.Store(nil)
+		s.Close()
+		return err
+	}
+	u.nc.Close()
+	u.nc = nil // nothing reads it once s is set; the *net.TCPConn goes
+	return nil
+}
 
 // Sock returns the Sock u was moved to, or nil.
 func (u *Under) Sock() *Sock { return u.s.Load() }

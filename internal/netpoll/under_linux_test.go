@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"io"
 	"math/big"
 	"net"
@@ -20,7 +21,7 @@ import (
 )
 
 // An Under carries crypto/tls: these check that a *tls.Conn made over one
-// goes on over a Sock after Move, reading without waiting and keeping
+// goes on over a Sock after Adopt, reading without waiting and keeping
 // what the socket does not take.
 
 func bigOne() *big.Int { return big.NewInt(1) }
@@ -90,12 +91,11 @@ func sealed(t *testing.T, client *tls.Conn, tp *tap, p []byte) []byte {
 func adoptUnder(t *testing.T, u *Under) (*Sock, *owner) {
 	t.Helper()
 	o := new(owner)
-	s, err := Adopt(u.Wrapped())
-	require.NoError(t, err)
-	o.s = s
-	u.Move(s)
-	require.NoError(t, s.Register(o))
-	u.Wrapped().Close()
+	require.NoError(t, u.Adopt(func(s *Sock) error {
+		o.s = s
+		return s.Register(o)
+	}))
+	s := u.Sock()
 	t.Cleanup(func() {
 		s.Remove(o)
 		u.Close()
@@ -103,7 +103,7 @@ func adoptUnder(t *testing.T, u *Under) (*Sock, *owner) {
 	return s, o
 }
 
-func TestUnderBeforeMoveIsTheWrappedConn(t *testing.T) {
+func TestUnderBeforeAdoptIsTheWrappedConn(t *testing.T) {
 	a, b := testkit.TCPPair(t)
 	u := Wrap(a)
 	require.Nil(t, u.Sock())
@@ -141,10 +141,10 @@ func TestListenerWrapsWhatItAccepts(t *testing.T) {
 	defer nc.Close()
 	u, ok := nc.(*Under)
 	require.True(t, ok)
-	_, ok = u.Wrapped().(*net.TCPConn)
+	_, ok = u.nc.(*net.TCPConn)
 	require.True(t, ok)
 	require.Equal(t, u, UnderOf(tls.Server(nc, &tls.Config{})))
-	require.Nil(t, UnderOf(u.Wrapped()))
+	require.Nil(t, UnderOf(u.nc))
 	l.Close()
 	_, err = l.Accept()
 	require.Error(t, err)
@@ -283,4 +283,37 @@ func TestUnderCloseWritesTheCloseNotify(t *testing.T) {
 	require.Equal(t, "bye", string(got))
 	_, err = u.Write([]byte("x"))
 	require.Error(t, err)
+}
+
+// When the Sock cannot be registered, the Under stays on the connection it
+// wraps, which still works; once adopted, the wrapped connection is closed.
+func TestUnderAdoptFailsBackToTheWrappedConn(t *testing.T) {
+	a, b := testkit.TCPPair(t)
+	u := Wrap(a)
+	before := openSockets(t)
+	refused := errors.New("refused")
+	require.ErrorIs(t, u.Adopt(func(*Sock) error { return refused }), refused)
+	require.Nil(t, u.Sock())
+	require.Equal(t, before, openSockets(t), "the duplicate is closed")
+	_, err := u.Write([]byte("still"))
+	require.NoError(t, err)
+	p := make([]byte, 5)
+	_, err = io.ReadFull(b, p)
+	require.NoError(t, err)
+	require.Equal(t, "still", string(p))
+
+	o := new(owner)
+	require.NoError(t, u.Adopt(func(s *Sock) error { o.s = s; return s.Register(o) }))
+	t.Cleanup(func() { u.Sock().Remove(o); u.Close() })
+	require.Equal(t, before, openSockets(t), "the duplicate replaces the wrapped descriptor")
+	require.Nil(t, u.nc)
+	_, err = u.Write([]byte("moved"))
+	require.NoError(t, err)
+	_, err = io.ReadFull(b, p)
+	require.NoError(t, err)
+	require.Equal(t, "moved", string(p))
+
+	// A connection that is not a socket cannot be adopted.
+	x, _ := net.Pipe()
+	require.ErrorIs(t, Wrap(x).Adopt(func(*Sock) error { return nil }), ErrNotSocket)
 }
