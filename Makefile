@@ -4,10 +4,12 @@
 #                     with coverage (root and nested modules), then the
 #                     Autobahn TestSuite: every section (1-13, compression included, ~11 min) on
 #                     the Server path and sections 1-10 (~30 s) on the Upgrader path (installs
-#                     wstest itself), sections 1-10 on both paths in netpoll mode,
+#                     wstest itself), sections 1-10 on both paths in netpoll mode and over
+#                     wss:// on the Server path in netpoll mode (TLS on the event loops, ~20 s),
 #                     and gust's client against wstest's fuzzing server, sections 1-10
 #   make autobahn     the whole Autobahn TestSuite (1-13, compression included) on both paths,
-#                     in goroutine and netpoll mode, and for the client (make autobahn-client: the client alone)
+#                     in goroutine and netpoll mode, over wss:// on the Server path in netpoll mode,
+#                     and for the client (make autobahn-client: the client alone)
 #   make fuzz         every Fuzz* target for $(FUZZTIME) each (default 20s)
 #   make cover        tests with coverage; writes coverage.out and coverage.html
 #   make bench        benchmark harness (scripts/bench), bench-quick a short run of it
@@ -27,11 +29,13 @@ test: install-wstest install-interop
 	scripts/autobahn -server upgrader -cases '$(AUTOBAHN_QUICK)' $(AUTOBAHN_FLAGS)
 	scripts/autobahn -server server -cases '$(AUTOBAHN_ALL)' $(AUTOBAHN_FLAGS)
 	scripts/autobahn -server both -netpoll -cases '$(AUTOBAHN_QUICK)' $(AUTOBAHN_FLAGS)
+	scripts/autobahn -server server -netpoll -tls -cases '$(AUTOBAHN_QUICK)' $(AUTOBAHN_FLAGS)
 	scripts/autobahn-client -cases '$(AUTOBAHN_QUICK)'
 
 autobahn: install-wstest
 	scripts/autobahn -server both -cases '$(AUTOBAHN_ALL)' $(AUTOBAHN_FLAGS)
 	scripts/autobahn -server both -netpoll -cases '$(AUTOBAHN_ALL)' $(AUTOBAHN_FLAGS)
+	scripts/autobahn -server server -netpoll -tls -cases '$(AUTOBAHN_ALL)' $(AUTOBAHN_FLAGS)
 	scripts/autobahn-client -cases '$(AUTOBAHN_ALL)'
 
 # The client alone against wstest's fuzzing server, every section.
@@ -41,7 +45,7 @@ autobahn-client: install-wstest
 install-wstest:
 	scripts/install-wstest >/dev/null
 
-# Python websockets, Node ws and headless Chromium for the interop tests.
+# Python websockets, Node ws, headless Chromium and Firefox for the interop tests.
 install-interop:
 	scripts/install-interop >/dev/null
 

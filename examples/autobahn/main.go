@@ -6,13 +6,24 @@
 //	go run ./examples/autobahn -addr 127.0.0.1:9001 -server upgrader
 //	go run ./examples/autobahn -addr 127.0.0.1:9001 -server server
 //	go run ./examples/autobahn -addr 127.0.0.1:9001 -server server -netpoll
+//	go run ./examples/autobahn -addr 127.0.0.1:9001 -server server -netpoll -tls
+//
+// With -tls it serves wss:// with a self-signed certificate made at start
+// (wstest's fuzzing client does not verify it).
 package main
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"errors"
 	"flag"
 	"log"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -37,6 +48,7 @@ func main() {
 	path := flag.String("server", "upgrader", "server path: upgrader (net/http) or server (gust's own)")
 	compress := flag.Bool("compress", true, "accept permessage-deflate, with context takeover")
 	netpoll := flag.Bool("netpoll", false, "netpoll mode (Options.Netpoll): idle connections hold no goroutine")
+	useTLS := flag.Bool("tls", false, "serve wss:// with a self-signed certificate (on the server path, netpoll mode serves it on its loops)")
 	flag.Parse()
 
 	opts := gust.Options{Compression: gust.CompressionOptions{Enabled: *compress}, Netpoll: *netpoll}
@@ -44,7 +56,11 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	log.Printf("autobahn echo server (%s path, netpoll %v) on ws://%s", *path, *netpoll, ln.Addr())
+	scheme, tlsConfig := "ws", (*tls.Config)(nil)
+	if *useTLS {
+		scheme, tlsConfig = "wss", &tls.Config{Certificates: []tls.Certificate{selfSigned()}}
+	}
+	log.Printf("autobahn echo server (%s path, netpoll %v) on %s://%s", *path, *netpoll, scheme, ln.Addr())
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -62,8 +78,13 @@ func main() {
 			}),
 			ReadHeaderTimeout: 10 * time.Second, // slowloris; the Server path has HandshakeTimeout
 			IdleTimeout:       60 * time.Second,
+			TLSConfig:         tlsConfig,
 		}
-		go srv.Serve(ln)
+		if tlsConfig != nil {
+			go srv.ServeTLS(ln, "", "") // net/http's TLS: goroutine mode, even with -netpoll
+		} else {
+			go srv.Serve(ln)
+		}
 		<-ctx.Done()
 		// net/http's Shutdown does not cover hijacked connections: the
 		// Upgrader's closes them with 1001.
@@ -71,8 +92,12 @@ func main() {
 			return errors.Join(srv.Shutdown(ctx), upgrader.Shutdown(ctx))
 		})
 	case "server":
-		srv := &gust.Server{Upgrader: gust.Upgrader{Handler: echo{}, Options: opts}}
-		go srv.Serve(ln)
+		srv := &gust.Server{Upgrader: gust.Upgrader{Handler: echo{}, Options: opts}, TLSConfig: tlsConfig}
+		if tlsConfig != nil {
+			go srv.ServeTLS(ln, "", "")
+		} else {
+			go srv.Serve(ln)
+		}
 		<-ctx.Done()
 		shutdown(srv.Shutdown)
 	default:
@@ -86,4 +111,28 @@ func shutdown(f func(context.Context) error) {
 	if err := f(ctx); err != nil {
 		log.Print(err)
 	}
+}
+
+// selfSigned makes a certificate for 127.0.0.1 and localhost, valid for a
+// day.
+func selfSigned() tls.Certificate {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		log.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: "gust autobahn"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		DNSNames:     []string{"localhost"},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
