@@ -25,14 +25,29 @@ import (
 
 func TestChromium(t *testing.T) {
 	p := requirePeer(t, "browser", dirBrowser)
-	wd := startWebDriver(t, nil)
+	wd := startWebDriver(t, map[string]any{"acceptInsecureCerts": true}) // the wss path's test CA
+	browserCases(t, p, func(t *testing.T, pageURL string) (diag func() string) {
+		if err := wd.navigate(pageURL); err != nil {
+			t.Fatalf("WebDriver: open %s: %v", pageURL, err)
+		}
+		return func() string {
+			src, _ := wd.pageSource()
+			return "page:\n" + src + "\nchromedriver stderr:\n" + wd.proc.stderr.String()
+		}
+	})
+}
+
+// browserCases runs the page's cases in a browser over every server path,
+// wss:// in netpoll mode included: open has the browser load pageURL, and
+// returns what to show when the page fails.
+func browserCases(t *testing.T, p *peer, open func(t *testing.T, pageURL string) (diag func() string)) {
 	features := featuresNamed("text", "binary", "large", "compression", "close-1000", "close-4000",
 		"server-close-4002")
 	page, err := os.ReadFile(filepath.Join(repoRoot, "interop", "testdata", "page.html"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, path := range serverPaths {
+	for _, path := range append(serverPaths, tlsNetpollPath) {
 		t.Run(path.name, func(t *testing.T) {
 			row := matrixRow{peer: p.name + " " + p.version, direction: dirBrowser, path: path.name}
 			h := newEchoServer()
@@ -54,17 +69,12 @@ func TestChromium(t *testing.T) {
 				w.WriteHeader(http.StatusNoContent)
 			})
 			wsURL, httpURL := path.start(t, h, mux)
-			pageURL := httpURL + "/page.html?ws=" + url.QueryEscape(wsURL)
-			if err := wd.navigate(pageURL); err != nil {
-				t.Fatalf("WebDriver: open %s: %v", pageURL, err)
-			}
+			diag := open(t, httpURL+"/page.html?ws="+url.QueryEscape(wsURL))
 			var rep browserReport
 			select {
 			case rep = <-reports:
 			case <-time.After(2 * time.Minute):
-				src, _ := wd.pageSource()
-				t.Fatalf("the page reported nothing within 2 minutes; page:\n%s\nchromedriver stderr:\n%s",
-					src, wd.proc.stderr.String())
+				t.Fatalf("the page reported nothing within 2 minutes; %s", diag())
 			}
 			if rep.Error != "" {
 				t.Errorf("the page failed: %s", rep.Error)
@@ -77,7 +87,7 @@ func TestChromium(t *testing.T) {
 			for _, f := range features {
 				t.Run(f.name, func(t *testing.T) {
 					mark(t, row, f.title)
-					checkServerCase(t, h, f, results, func() string { return wd.proc.stderr.String() })
+					checkServerCase(t, h, f, results, diag)
 				})
 			}
 		})

@@ -2,16 +2,17 @@ package interop
 
 // Interop tests: gust against WebSocket implementations it did not write.
 //
-//   - Python websockets, Node ws and headless Chromium as clients of gust's
-//     server, on both the Upgrader (net/http) and the Server (own accept
-//     loop) paths, compression enabled;
+//   - Python websockets, Node ws and headless Chromium and Firefox as clients
+//     of gust's server, on both the Upgrader (net/http) and the Server (own
+//     accept loop) paths, compression enabled; the browsers over wss:// to
+//     the Server in netpoll mode too (TLS on gust's event loops);
 //   - gust's client (Dial, and Dial over a connection it is handed) against Python websockets
 //     and Node ws servers.
 //
 // TestMain runs scripts/install-interop, which installs the peers (PyPI,
 // npm, apt-get) or keeps them when they already work. A peer that is
 // missing afterwards FAILS its tests, loudly, unless GUST_INTEROP_SKIP names
-// it (a comma list of python, node, browser, or all), which skips them,
+// it (a comma list of python, node, browser, firefox, or all), which skips them,
 // loudly too. GUST_INTEROP_NO_INSTALL=1 only checks what is there.
 //
 // The matrix (peer × direction × feature) is printed at the end of the run
@@ -59,6 +60,7 @@ var peers = map[string]*peer{
 	"python":  {key: "python", name: "Python websockets"},
 	"node":    {key: "node", name: "Node ws"},
 	"browser": {key: "browser", name: "Chromium"},
+	"firefox": {key: "firefox", name: "Firefox"},
 }
 
 var (
@@ -90,7 +92,7 @@ func loud(lines ...string) string {
 
 func TestMain(m *testing.M) {
 	var want []string
-	for _, key := range []string{"python", "node", "browser"} {
+	for _, key := range []string{"python", "node", "browser", "firefox"} {
 		if skipRequested(key) {
 			peers[key].err = fmt.Errorf("skipped: GUST_INTEROP_SKIP=%s", os.Getenv("GUST_INTEROP_SKIP"))
 			fmt.Fprint(os.Stderr, loud("GUST_INTEROP_SKIP: the "+peers[key].name+" interop tests are SKIPPED, not passed"))
@@ -166,6 +168,13 @@ func probe(p *peer) {
 		if v, p.err = run(nil, "chromium", "--version"); p.err == nil {
 			if d, p.err = run(nil, "chromedriver", "--version"); p.err == nil {
 				p.version = strings.Fields(v + " ?")[1] + " (chromedriver " + strings.Fields(d + " ?")[1] + ")"
+			}
+		}
+	case "firefox":
+		var v string
+		if v, p.err = run(nil, "firefox-esr", "--version"); p.err == nil {
+			if _, p.err = exec.LookPath("certutil"); p.err == nil {
+				p.version = strings.TrimPrefix(v, "Mozilla Firefox ")
 			}
 		}
 	}

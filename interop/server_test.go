@@ -321,9 +321,21 @@ func startUpgrader(t *testing.T, h *echoServer, mux *http.ServeMux) (string, str
 // mux, if any, is served by a separate net/http server.
 func startServer(t *testing.T, h *echoServer, mux *http.ServeMux) (string, string) {
 	s := &gust.Server{Upgrader: gust.Upgrader{Handler: h, Options: serverOptions(), CheckOrigin: loopbackOrigin}}
+	return runServer(t, s, h, mux)
+}
+
+// runServer serves h with s, over TLS (ServeTLS) when s has a TLSConfig,
+// and mux as startServer does.
+func runServer(t *testing.T, s *gust.Server, h *echoServer, mux *http.ServeMux) (string, string) {
 	ln := listenLoopback(t)
 	served := make(chan error, 1)
-	go func() { served <- s.Serve(ln) }()
+	scheme := "ws"
+	if s.TLSConfig != nil {
+		scheme = "wss"
+		go func() { served <- s.ServeTLS(ln, "", "") }()
+	} else {
+		go func() { served <- s.Serve(ln) }()
+	}
 	t.Cleanup(func() {
 		if err := h.waitIdle(10 * time.Second); err != nil {
 			t.Errorf("Server path: %v", err)
@@ -337,7 +349,7 @@ func startServer(t *testing.T, h *echoServer, mux *http.ServeMux) (string, strin
 			t.Errorf("gust Server.Serve returned %v, want ErrServerClosed", err)
 		}
 	})
-	wsURL := "ws://127.0.0.1:" + strconv.Itoa(ln.Addr().(*net.TCPAddr).Port) + "/ws"
+	wsURL := scheme + "://127.0.0.1:" + strconv.Itoa(ln.Addr().(*net.TCPAddr).Port) + "/ws"
 	httpURL := ""
 	if mux != nil {
 		hln := listenLoopback(t)
