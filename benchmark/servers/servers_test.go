@@ -32,6 +32,9 @@ func TestServersEcho(t *testing.T) {
 				{Conns: 1, Window: 2, Count: 4, Size: 1 << 20, Binary: true},
 			} {
 				cfg.Target = srv.Addr() + "/"
+				if strings.HasSuffix(name, "-tls") {
+					cfg.Target = "wss://" + cfg.Target
+				}
 				cfg.AllowMasked = masked
 				cfg.Timeout = 5 * time.Second
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

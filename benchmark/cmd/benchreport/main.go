@@ -85,6 +85,7 @@ var scenarios = []scenario{
 		func(r result) float64 { return r.LatP99Ms }, true, "gust", nil},
 	{"d", "1 connection, 1 MiB binary, 4 in flight", "MB/s", "MB/s", func(r result) float64 { return r.MBPerSec }, false, "", nil},
 	{"e", "10,000 idle connections after the handshake", "heap KiB per connection", "KiB", func(r result) float64 { return r.HeapPerConn }, true, "", nil},
+	{"et", "10,000 idle TLS connections after the handshake", "heap KiB per connection", "KiB", func(r result) float64 { return r.HeapPerConn }, true, "gust-tls", nil},
 	{"f", "request/response, 600 in flight over 4 connections, 1 KiB (sockety-style QPS)", "QPS", "QPS", func(r result) float64 { return r.MsgPerSec }, false, "", nil},
 	{"z", "permessage-deflate echo, context takeover: 200 connections, 16 in flight each, 2 KiB JSON", "msg/s", "msg/s",
 		func(r result) float64 { return r.MsgPerSec }, false, "gws-deflate", nil},
@@ -184,7 +185,8 @@ func (a *agg) spread(f func(result) float64) (lo, hi float64) {
 // order puts gust first, then the peers, then the raw references.
 func order(names []string) []string {
 	rank := map[string]int{"gust": 0, "gws": 1, "gorilla": 2, "coder": 3, "gobwas": 4, "nbio": 5, "raw-record": 6, "raw-buf": 7, "raw-copy": 8,
-		"gust-deflate": 0, "gust-netpoll-deflate": 0, "gust-metrics": 0, "gws-deflate": 1, "gws-deflate-w15": 1, "gorilla-deflate": 2}
+		"gust-deflate": 0, "gust-netpoll-deflate": 0, "gust-metrics": 0, "gws-deflate": 1, "gws-deflate-w15": 1, "gorilla-deflate": 2,
+		"gust-tls": 0, "gust-netpoll-tls": 0, "nbio-tls": 5}
 	sort.SliceStable(names, func(i, j int) bool {
 		ri, ok1 := rank[names[i]]
 		rj, ok2 := rank[names[j]]
@@ -242,11 +244,13 @@ func write(lines []line, mdPath, machine, command string) (string, map[string]st
 			names = append(names, n)
 		}
 		names = order(names)
-		if sc.id == "e" || sc.id == "y" {
+		if sc.id == "e" || sc.id == "et" || sc.id == "y" {
 			for _, a := range aggs {
 				if len(a.runs) > 0 {
 					if sc.id == "e" {
 						sc.title = fmt.Sprintf("%d idle connections after the handshake", a.runs[0].Conns)
+					} else if sc.id == "et" {
+						sc.title = fmt.Sprintf("%d idle TLS connections after the handshake", a.runs[0].Conns)
 					} else {
 						sc.title = fmt.Sprintf("%d compressed connections (context takeover) that all echo one %d-byte JSON at once, then idle",
 							a.runs[0].Conns, a.runs[0].Payload)
@@ -392,6 +396,19 @@ func table(sc scenario, names []string, aggs map[string]*agg) string {
 			{"heap KiB / conn", func(a *agg) string { return withRange(a, func(r result) float64 { return r.HeapPerConn }) }},
 			{"heap × gws", func(a *agg) string { return ratio(a, gws, func(r result) float64 { return r.HeapPerConn }) }},
 			{"RSS × gws", func(a *agg) string { return ratio(a, gws, func(r result) float64 { return r.RSSPerConn }) }},
+			{"goroutines / conn", ms(func(r result) float64 { return r.GoroutinesPer })},
+		}
+	case "et":
+		heap := func(r result) float64 { return r.HeapPerConn }
+		rss := func(r result) float64 { return r.RSSPerConn }
+		nbio := aggs["nbio-tls"]
+		cols = []col{
+			{"RSS KiB / conn", func(a *agg) string { return withRange(a, rss) }},
+			{"heap KiB / conn", func(a *agg) string { return withRange(a, heap) }},
+			{"RSS × " + base, func(a *agg) string { return ratio(a, gws, rss) }},
+			{"heap × " + base, func(a *agg) string { return ratio(a, gws, heap) }},
+			{"RSS × nbio-tls", func(a *agg) string { return ratio(a, nbio, rss) }},
+			{"heap × nbio-tls", func(a *agg) string { return ratio(a, nbio, heap) }},
 			{"goroutines / conn", ms(func(r result) float64 { return r.GoroutinesPer })},
 		}
 	case "z":

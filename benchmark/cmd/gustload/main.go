@@ -97,7 +97,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	quiet := fs.Bool("q", false, "no progress lines")
 	cpuprofile := fs.String("cpuprofile", "", "write gustload's own CPU profile to this file")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gustload [flags] host:port[/path] | ws://host:port/path")
+		fmt.Fprintln(stderr, "usage: gustload [flags] host:port[/path] | ws://host:port/path | wss://host:port/path")
 		fs.PrintDefaults()
 	}
 
@@ -121,7 +121,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if len(targets) != 1 {
-		return usage("give exactly one target, host:port[/path] or ws://host:port/path")
+		return usage("give exactly one target, host:port[/path], ws://host:port/path or wss://host:port/path")
 	}
 	cfg.Target = targets[0]
 	if !*ws {

@@ -159,26 +159,29 @@ type target struct {
 	host string // host:port
 	path string // request-target, at least "/"
 	ip   net.IP // the host's IP when it is a literal
+	tls  bool   // wss://: TLS, without checking the server's certificate
 }
 
 func parseTarget(s string) (target, error) {
 	if s == "" {
-		return target{}, errors.New("no target (host:port[/path] or ws://host:port/path)")
+		return target{}, errors.New("no target (host:port[/path], ws://host:port/path or wss://host:port/path)")
 	}
-	if strings.HasPrefix(s, "wss://") {
-		return target{}, errors.New("wss:// is not supported (gustload speaks plain TCP)")
-	}
-	if !strings.HasPrefix(s, "ws://") {
+	if !strings.HasPrefix(s, "ws://") && !strings.HasPrefix(s, "wss://") {
 		s = "ws://" + s
 	}
 	u, err := url.Parse(s)
 	if err != nil {
 		return target{}, fmt.Errorf("target: %w", err)
 	}
+	secure := u.Scheme == "wss"
 	if u.Port() == "" {
-		u.Host = net.JoinHostPort(u.Hostname(), "80")
+		port := "80"
+		if secure {
+			port = "443"
+		}
+		u.Host = net.JoinHostPort(u.Hostname(), port)
 	}
-	t := target{host: u.Host, path: u.RequestURI()}
+	t := target{host: u.Host, path: u.RequestURI(), tls: secure}
 	if t.path == "" {
 		t.path = "/"
 	}

@@ -252,8 +252,14 @@ func TestParseTarget(t *testing.T) {
 			t.Errorf("%s: %q, want %q", in, got, want)
 		}
 	}
-	if _, err := parseTarget("wss://x:1/"); err == nil {
-		t.Error("wss accepted")
+	for in, want := range map[string]string{"wss://x:1/a": "x:1 /a", "wss://x": "x:443 /"} {
+		tg, err := parseTarget(in)
+		if err != nil || !tg.tls || tg.host+" "+tg.path != want {
+			t.Errorf("%s: %+v, %v; want %q over TLS", in, tg, err, want)
+		}
+	}
+	if tg, _ := parseTarget("ws://x:1/"); tg.tls {
+		t.Error("ws:// over TLS")
 	}
 }
 
