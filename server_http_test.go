@@ -309,26 +309,44 @@ func TestServerHTTPHandlerNil(t *testing.T) {
 }
 
 // TestServerHTTPOverTLS: the handler sees the request's TLS state, which
-// net/http cannot see through the connection it is handed.
+// net/http cannot see through the connection it is handed, whether TLS
+// comes from a listener of the caller's or from ServeTLS in netpoll mode
+// (over the netpoll.Under, which then stays on its TCP connection).
 func TestServerHTTPOverTLS(t *testing.T) {
 	t.Parallel()
 	cert, pool := testCert(t, "127.0.0.1")
-	s := newServer(newEcho(), nil)
-	s.HTTPHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.TLS == nil {
-			http.Error(w, "no TLS state", http.StatusInternalServerError)
-			return
-		}
-		fmt.Fprintf(w, "%v %s", r.TLS.HandshakeComplete, tls.VersionName(r.TLS.Version))
-	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	runServer(t, s, tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}}))
-	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
-	defer tr.CloseIdleConnections()
-	resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Get("https://" + ln.Addr().String() + "/")
-	require.NoError(t, err)
-	require.Equal(t, "true TLS 1.3", readBody(t, resp))
+	for _, netpoll := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ServeTLS=%v", netpoll), func(t *testing.T) {
+			s := newServer(newEcho(), &Options{Netpoll: netpoll})
+			s.HTTPHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.TLS == nil {
+					http.Error(w, "no TLS state", http.StatusInternalServerError)
+					return
+				}
+				fmt.Fprintf(w, "%v %s", r.TLS.HandshakeComplete, tls.VersionName(r.TLS.Version))
+			})
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			if netpoll {
+				s.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}}
+				done := make(chan error, 1)
+				go func() { done <- s.ServeTLS(ln, "", "") }()
+				t.Cleanup(func() {
+					require.NoError(t, s.Close())
+					require.ErrorIs(t, <-done, ErrServerClosed)
+				})
+			} else {
+				runServer(t, s, tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}}))
+			}
+			tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
+			defer tr.CloseIdleConnections()
+			for range 2 { // the second on the same connection
+				resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Get("https://" + ln.Addr().String() + "/")
+				require.NoError(t, err)
+				require.Equal(t, "true TLS 1.3", readBody(t, resp))
+			}
+		})
+	}
 }
 
 // TestServerHTTPShutdown: Shutdown closes idle HTTP connections, waits for

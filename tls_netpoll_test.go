@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gustws/gust/internal/netpoll"
 	"github.com/stretchr/testify/require"
 )
 
@@ -233,4 +235,35 @@ func TestTLSNetpollOnlyOverServeTLS(t *testing.T) {
 	require.Equal(t, 1, m.get("fallback-type"))
 	c.send(frame(0x81, []byte("still served")))
 	c.expectMessage(OpText, []byte("still served"))
+}
+
+// A heartbeat's ping whose record the socket does not take (a peer that
+// has stopped reading) is kept by the Under: the ping then goes to the
+// outbox, whose writer writes it under WriteTimeout, which ends the
+// connection here, instead of waiting for the next write.
+func TestTLSNetpollHeartbeatPingKeptGoesToTheWriter(t *testing.T) {
+	h := newRecorder()
+	addr := tlsNetpollMode.start(t, h, &Options{PingInterval: time.Hour, PingTimeout: time.Hour, WriteTimeout: 300 * time.Millisecond})
+	dialRaw(t, addr, nil) // and never reads
+	sc := h.waitOpen(t)
+	require.Eventually(t, func() bool { return parkedIdle(sc) }, 5*time.Second, time.Millisecond)
+
+	// Fill the socket beneath TLS, so that the ping's record finds no room.
+	raw, err := sc.sock().SyscallConn()
+	require.NoError(t, err)
+	junk := make([]byte, 1<<20)
+	full := false
+	for i := 0; i < 256 && !full; i++ {
+		require.NoError(t, raw.Control(func(fd uintptr) {
+			_, again, _ := netpoll.WriteFD(int(fd), junk)
+			full = again
+		}))
+	}
+	require.True(t, full, "the socket filled up")
+
+	start := time.Now()
+	sc.hb.Fire()
+	err = h.waitClose(t)
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "the outbox's writer waited for room under WriteTimeout")
+	require.Less(t, time.Since(start), 5*time.Second)
 }
