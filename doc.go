@@ -90,8 +90,9 @@
 // parses and dispatches what arrives. ReadLoop then returns at the
 // connection's first idle moment, so what belongs to the connection's end
 // goes in OnClose, and the callbacks run on a loop shared by many
-// connections, so they must not block. TLS, HTTP/2 streams and wrapped
-// conns stay in goroutine mode.
+// connections, so they must not block. TLS goes to the loops when gust
+// makes it ([Server.ServeTLS], wss:// Dials); other TLS, HTTP/2 streams and
+// wrapped conns stay in goroutine mode.
 //
 // # Limits, compression and observability
 //

@@ -46,7 +46,7 @@ import (
 //   - "fallback-fd": c stays in goroutine mode: its descriptor could not
 //     be duplicated or added to an event loop (most often EMFILE).
 //   - "fallback-type": c stays in goroutine mode: it is not a plain TCP or
-//     Unix socket (TLS, an HTTP/2 stream, a wrapped net.Conn).
+//     Unix socket (TLS gust did not make, an HTTP/2 stream, a wrapper).
 //   - "blocked": serving c held its event loop past 100 ms.
 type Metrics interface {
 	// Handshake reports a handshake's outcome, on either side: 101 (200 over
@@ -91,7 +91,7 @@ type Metrics interface {
 // indexed by the kinds below.
 var netpollEvents = [...]struct{ name, msg string }{
 	{"fallback-fd", "gust: netpoll: connections stay in goroutine mode for life: their descriptor could not be duplicated or added to an event loop (descriptor limit?)"},
-	{"fallback-type", "gust: netpoll: connections that are not plain TCP or Unix sockets (TLS, HTTP/2, a wrapper) stay in goroutine mode"},
+	{"fallback-type", "gust: netpoll: connections that are not plain TCP or Unix sockets (TLS gust did not make, HTTP/2, a wrapper) stay in goroutine mode"},
 	{"blocked", "gust: netpoll: serving a connection held its event loop, and every connection of the loop waited: a callback that blocks?"},
 }
 

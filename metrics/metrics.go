@@ -43,7 +43,7 @@ func Causes() []string {
 // an event loop, and connections whose serving held their loop.
 const (
 	NetpollFallbackFD   = "fallback-fd"   // descriptor limit: stays in goroutine mode
-	NetpollFallbackType = "fallback-type" // not a plain socket (TLS, HTTP/2, a wrapper)
+	NetpollFallbackType = "fallback-type" // not a plain socket (TLS gust did not make, HTTP/2, a wrapper)
 	NetpollBlocked      = "blocked"       // held its event loop past 100 ms
 )
 
