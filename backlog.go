@@ -31,19 +31,8 @@ func (c *Conn) netWriteBacklog(p []byte) (int, error) {
 	return c.tr.write(p, false)
 }
 
-// appendBacklog keeps p after what the backlog holds, its capacity at least
-// doubling as it grows (past bufpool's classes too).
-func (w *writeState) appendBacklog(p []byte) {
-	k := 0
-	if w.backlog != nil {
-		k = len(*w.backlog)
-		if n := k + len(p); n > cap(*w.backlog) {
-			w.backlog = bufpool.Grow(w.backlog, max(n, 2*cap(*w.backlog)))
-		}
-	}
-	w.backlog = bufpool.Grow(w.backlog, k+len(p))
-	copy((*w.backlog)[k:], p)
-}
+// appendBacklog keeps p after what the backlog holds.
+func (w *writeState) appendBacklog(p []byte) { w.backlog = bufpool.Append(w.backlog, p) }
 
 // writeBacklogLocked writes the backlog (netWriteBacklog), waiting as a
 // write outside an event loop does.

@@ -32,21 +32,24 @@ func startNbio(addr string) (Server, error) {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		_, _ = up.Upgrade(w, r, nil) // on error nbio has already answered
 	})
+	return runNbio(nbhttp.Config{Addrs: []string{addr}, Handler: mux})
+}
+
+// runNbio starts an nbhttp engine on cfg (TCP, payloads released after
+// each message) and reports the address it listens on.
+func runNbio(cfg nbhttp.Config) (*nbioServer, error) {
 	s := &nbioServer{}
 	listened := make(chan string, 1)
-	s.engine = nbhttp.NewEngine(nbhttp.Config{
-		Network:                 "tcp",
-		Addrs:                   []string{addr},
-		Handler:                 mux,
-		ReleaseWebsocketPayload: true,
-		Listen: func(network, a string) (net.Listener, error) {
-			ln, err := net.Listen(network, a)
-			if err == nil {
-				listened <- ln.Addr().String()
-			}
-			return ln, err
-		},
-	})
+	cfg.Network = "tcp"
+	cfg.ReleaseWebsocketPayload = true
+	cfg.Listen = func(network, a string) (net.Listener, error) {
+		ln, err := net.Listen(network, a)
+		if err == nil {
+			listened <- ln.Addr().String()
+		}
+		return ln, err
+	}
+	s.engine = nbhttp.NewEngine(cfg)
 	if err := s.engine.Start(); err != nil {
 		return nil, err
 	}

@@ -94,25 +94,9 @@ func startNbioTLS(addr string) (Server, error) {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		_, _ = up.Upgrade(w, r, nil)
 	})
-	s := &nbioServer{}
-	listened := make(chan string, 1)
-	s.engine = nbhttp.NewEngine(nbhttp.Config{
-		Network:                 "tcp",
-		AddrsTLS:                []string{addr},
-		TLSConfig:               &llibtls.Config{Certificates: []llibtls.Certificate{cert}},
-		Handler:                 mux,
-		ReleaseWebsocketPayload: true,
-		Listen: func(network, a string) (net.Listener, error) {
-			ln, err := net.Listen(network, a)
-			if err == nil {
-				listened <- ln.Addr().String()
-			}
-			return ln, err
-		},
+	return runNbio(nbhttp.Config{
+		AddrsTLS:  []string{addr},
+		TLSConfig: &llibtls.Config{Certificates: []llibtls.Certificate{cert}},
+		Handler:   mux,
 	})
-	if err := s.engine.Start(); err != nil {
-		return nil, err
-	}
-	s.addr = <-listened
-	return s, nil
 }

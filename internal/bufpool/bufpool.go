@@ -89,6 +89,23 @@ func Put(b *[]byte) {
 	pools[class(c)].Put(b)
 }
 
+// Append returns b with p appended (a nil b acts as an empty buffer), its
+// capacity at least doubling when it must grow, past the pool's classes
+// too, so that a buffer appended to piece by piece is copied O(log n)
+// times. As with [Grow], the caller uses only the returned buffer.
+func Append(b *[]byte, p []byte) *[]byte {
+	k := 0
+	if b != nil {
+		k = len(*b)
+		if n := k + len(p); n > cap(*b) {
+			b = Grow(b, max(n, 2*cap(*b)))
+		}
+	}
+	b = Grow(b, k+len(p))
+	copy((*b)[k:], p)
+	return b
+}
+
 // Grow returns a buffer of length n that starts with the contents of b
 // (the first min(len(*b), n) bytes). If b's capacity suffices it is
 // resliced and returned; otherwise the contents are copied into a buffer

@@ -1,6 +1,7 @@
 package bufpool
 
 import (
+	"bytes"
 	"fmt"
 	"testing"
 
@@ -249,4 +250,18 @@ func FuzzGrow(f *testing.F) {
 		}
 		Put(b)
 	})
+}
+
+func TestAppend(t *testing.T) {
+	var b *[]byte
+	var want []byte
+	for i := range 200 {
+		p := bytes.Repeat([]byte{byte(i)}, i)
+		b = Append(b, p)
+		want = append(want, p...)
+	}
+	if !bytes.Equal(*b, want) {
+		t.Fatalf("Append kept %d bytes, want %d", len(*b), len(want))
+	}
+	Put(b)
 }

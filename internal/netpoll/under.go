@@ -172,17 +172,7 @@ func (u *Under) Write(p []byte) (int, error) {
 }
 
 // keepLocked appends p to the kept writes.
-func (u *Under) keepLocked(p []byte) {
-	k := 0
-	if u.out != nil {
-		k = len(*u.out)
-		if n := k + len(p); n > cap(*u.out) {
-			u.out = bufpool.Grow(u.out, max(n, 2*cap(*u.out)))
-		}
-	}
-	u.out = bufpool.Grow(u.out, k+len(p))
-	copy((*u.out)[k:], p)
-}
+func (u *Under) keepLocked(p []byte) { u.out = bufpool.Append(u.out, p) }
 
 // Pending reports whether u keeps writes the socket has not taken.
 func (u *Under) Pending() bool {
