@@ -85,6 +85,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&cfg.AllowMasked, "allow-masked", false, "accept masked frames from the server (raw-copy, raw-buf echo ours as they are)")
 	fs.Var(duration{&cfg.Timeout}, "timeout", "how long an echo may take before the run fails")
 	fs.Var(duration{&cfg.ConnectTimeout}, "connect-timeout", "bound on each dial and handshake")
+	fs.BoolVar(&cfg.TLSX25519, "tls-x25519", false, "over wss://, offer only the X25519 key exchange (default: crypto/tls's, X25519MLKEM768 first)")
 	fs.Var(duration{&cfg.KeepAlive}, "tcp-keepalive", "TCP keepalive period of the connections (0: Go's default, 15s; negative: off)")
 	fs.IntVar(&cfg.DialConcurrency, "dial-concurrency", 64, "handshakes in progress at once while ramping up")
 	fs.Float64Var(&cfg.ConnectRate, "connect-rate", 0, "new connections per second while ramping up (0: no limit)")

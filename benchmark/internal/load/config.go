@@ -78,6 +78,10 @@ type Config struct {
 	Timeout time.Duration
 	// ConnectTimeout bounds each dial plus handshake (default 10s).
 	ConnectTimeout time.Duration
+	// TLSX25519 offers only the X25519 key exchange over wss://, instead of crypto/tls's
+	// default (the hybrid post-quantum X25519MLKEM768 first): every server then does the
+	// same handshake work, whatever key exchanges its TLS supports.
+	TLSX25519 bool
 	// DialConcurrency is the number of handshakes in progress at once while ramping (default 64).
 	DialConcurrency int
 	// ConnectRate limits new connections per second while ramping; 0 means no limit.

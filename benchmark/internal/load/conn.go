@@ -70,7 +70,11 @@ func (r *runner) dial(ctx context.Context, id int, src net.IP) (*wsConn, error) 
 	}
 	if r.target.tls {
 		// The benchmark's servers have self-signed certificates.
-		tc := tls.Client(nc, &tls.Config{InsecureSkipVerify: true})
+		tcfg := &tls.Config{InsecureSkipVerify: true}
+		if r.cfg.TLSX25519 {
+			tcfg.CurvePreferences = []tls.CurveID{tls.X25519}
+		}
+		tc := tls.Client(nc, tcfg)
 		hctx, cancel := context.WithTimeout(ctx, r.cfg.ConnectTimeout)
 		err := tc.HandshakeContext(hctx)
 		cancel()
