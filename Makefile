@@ -6,7 +6,9 @@
 #                     the Server path and sections 1-10 (~30 s) on the Upgrader path (installs
 #                     wstest itself), sections 1-10 on both paths in netpoll mode and over
 #                     wss:// on the Server path in netpoll mode (TLS on the event loops, ~20 s),
-#                     and gust's client against wstest's fuzzing server, sections 1-10
+#                     the compression cases 12.1 and 13.3 with every message through a primed
+#                     compressor (-prime, ~80 s), and gust's client against wstest's fuzzing
+#                     server, sections 1-10
 #   make autobahn     the whole Autobahn TestSuite (1-13, compression included) on both paths,
 #                     in goroutine and netpoll mode, over wss:// on the Server path in netpoll mode,
 #                     and for the client (make autobahn-client: the client alone)
@@ -20,6 +22,9 @@ SHELL := /usr/bin/env bash
 AUTOBAHN_FLAGS ?=
 AUTOBAHN_QUICK := 1.*,2.*,3.*,4.*,5.*,6.*,7.*,9.*,10.*
 AUTOBAHN_ALL := 1.*,2.*,3.*,4.*,5.*,6.*,7.*,9.*,10.*,12.*,13.*
+# Context takeover with the default window and with 256-byte windows (13.3), every compressed
+# message through a primed compressor (scripts/autobahn -prime).
+AUTOBAHN_PRIME := 12.1.*,13.3.*
 export FUZZTIME ?= 20s
 
 .PHONY: test autobahn autobahn-client fuzz bench bench-quick cover install-wstest install-interop
@@ -30,6 +35,7 @@ test: install-wstest install-interop
 	scripts/autobahn -server server -cases '$(AUTOBAHN_ALL)' $(AUTOBAHN_FLAGS)
 	scripts/autobahn -server both -netpoll -cases '$(AUTOBAHN_QUICK)' $(AUTOBAHN_FLAGS)
 	scripts/autobahn -server server -netpoll -tls -cases '$(AUTOBAHN_QUICK)' $(AUTOBAHN_FLAGS)
+	scripts/autobahn -server server -prime -cases '$(AUTOBAHN_PRIME)' $(AUTOBAHN_FLAGS)
 	scripts/autobahn-client -cases '$(AUTOBAHN_QUICK)'
 
 autobahn: install-wstest

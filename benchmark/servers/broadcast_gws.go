@@ -21,6 +21,12 @@ func init() {
 	register("bcast-gws-deflate", "broadcast: as bcast-gws, with PermessageDeflate (context takeover)", func(addr string) (Server, error) {
 		return startGWSBroadcast(addr, gws.PermessageDeflate{Enabled: true, ServerContextTakeover: true, ClientContextTakeover: true})
 	})
+	// bcast-gws-w15-deflate: window bits 15 each way, as gust's defaults (gws answers 12 unless
+	// told): the receivers keep 32 KiB windows, as they do for gust's broadcasts.
+	register("bcast-gws-w15-deflate", "broadcast: as bcast-gws-deflate, with ServerMaxWindowBits and ClientMaxWindowBits 15", func(addr string) (Server, error) {
+		return startGWSBroadcast(addr, gws.PermessageDeflate{Enabled: true, ServerContextTakeover: true, ClientContextTakeover: true,
+			ServerMaxWindowBits: 15, ClientMaxWindowBits: 15})
+	})
 }
 
 type gwsBroadcast struct {
