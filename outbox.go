@@ -3,6 +3,7 @@ package gust
 import (
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -72,6 +73,8 @@ type outbox struct {
 	head  int32        // the slots before it were emptied by OutboxDropOldest
 	busy  bool         // a writer goroutine runs
 	state uint8
+
+	lastFanout uint64 // the sequence number of the last fan-out it got (fanout)
 }
 
 // box returns c's outbox, made by the first call: most connections never
@@ -150,6 +153,7 @@ type outboxItem struct {
 	pm   *PreparedMessage
 	p    []byte
 	done func(error)
+	seq  uint64 // pm's fan-out sequence number (fanout)
 	op   Opcode
 }
 
@@ -189,12 +193,73 @@ func (c *Conn) WriteAsync(op Opcode, p []byte, done func(error)) error {
 // with its result, exactly as [Conn.WriteAsync] does: a fan-out that never
 // waits for a slow receiver. Any number of connections may queue the same
 // PreparedMessage. A batch that holds only this message sends its frame as
-// it is, without copying it into the write buffer.
+// it is, without copying it into the write buffer. Like WriteAsync's, a
+// message queued on an empty outbox is written at once by the caller, but
+// for a fan-out that starts within a millisecond of the previous one's last
+// message, on the connections that got that one too: those queue it for
+// their writer goroutines, so that a publisher running flat out has what
+// it publishes gathered into one write per connection, not one per message.
 func (c *Conn) WritePreparedAsync(pm *PreparedMessage, done func(error)) error {
 	if pm == nil {
 		return errNilPrepared
 	}
-	return c.enqueue(outboxItem{pm: pm, done: done})
+	return c.enqueue(outboxItem{pm: pm, done: done, seq: pm.fan.seqFor()})
+}
+
+// A fan-out (a PreparedMessage queued on many connections) is written at
+// once by the caller, connection by connection, as any message queued on an
+// empty outbox: a push costs one system call per receiver and no goroutine.
+// A caller publishing flat out would then write every delivery on its own.
+// So a fan-out that starts within fanoutBackToBack of the previous one's
+// last message is marked back to back, and a connection that got the
+// previous fan-out too queues its message for its writer goroutine instead,
+// where the messages that follow gather into one write.
+//
+// fanout is a PreparedMessage's place among the fan-outs: its sequence
+// number, odd when it came back to back, taken at its first queueing.
+type fanout struct{ seq atomic.Uint64 }
+
+var (
+	// fanoutBackToBack is the gap between two fan-outs under which the
+	// second comes back to back (a variable for tests).
+	fanoutBackToBack = time.Millisecond
+
+	fanoutSeq   atomic.Uint64 // the last fan-out's sequence number, shifted left by one
+	fanoutLast  atomic.Int64  // when a fan-out's message was last queued, in ns since fanoutEpoch
+	fanoutEpoch = time.Now()
+)
+
+// seqFor returns the fan-out's sequence number (taking one at its first
+// call), with its low bit set when it came back to back, and notes the time.
+func (f *fanout) seqFor() uint64 {
+	now := int64(time.Since(fanoutEpoch))
+	prev := fanoutLast.Load()
+	if now-prev >= int64(fanoutBackToBack)/16 {
+		fanoutLast.Store(now) // coarse: a store per 62 µs at most
+	}
+	if s := f.seq.Load(); s != 0 {
+		return s
+	}
+	s := fanoutSeq.Add(2)
+	if now-prev < int64(fanoutBackToBack) {
+		s |= 1
+	}
+	if !f.seq.CompareAndSwap(0, s) {
+		return f.seq.Load()
+	}
+	return s
+}
+
+// backToBack reports whether it is a back-to-back fan-out's message for a
+// connection that got the previous fan-out too (whose sequence number the
+// outbox keeps in last), and records its own there.
+func (it *outboxItem) backToBack(last *uint64) bool {
+	if it.seq == 0 {
+		return false
+	}
+	prev := *last
+	*last = it.seq &^ 1
+	return it.seq&1 != 0 && prev == it.seq&^1-2
 }
 
 // enqueue queues it, applying the policy when the outbox is full, and
@@ -238,7 +303,7 @@ func (c *Conn) enqueue(it outboxItem) error {
 			return nil
 		}
 	}
-	if !o.busy && o.queued() == 0 && c.direct() {
+	if !it.backToBack(&o.lastFanout) && !o.busy && o.queued() == 0 && c.direct() {
 		o.writeNowLocked(it)
 		return nil
 	}

@@ -436,3 +436,69 @@ func TestOutboxCloseSlowReachesThePeer(t *testing.T) {
 		})
 	}
 }
+
+// A fan-out (WritePreparedAsync to many connections) is written at once by
+// the caller, but one that follows the previous fan-out back to back
+// (within fanoutBackToBack) is queued on the connections that got that one
+// too, so that a publisher running flat out lets messages gather into one
+// write; a connection that missed the previous fan-out, and a fan-out after
+// a pause, are written at once again. Metrics.Queued counts what is queued,
+// under the outbox's lock, before WritePreparedAsync returns.
+func TestOutboxBackToBackFanoutQueues(t *testing.T) {
+	// Wide enough that a slow test machine keeps the fan-outs back to back.
+	old := fanoutBackToBack
+	fanoutBackToBack = 100 * time.Millisecond
+	t.Cleanup(func() { fanoutBackToBack = old })
+	forEachTCPMode(t, func(t *testing.T, m serverMode) {
+		h := newRecorder()
+		ml := &metricsLog{}
+		addr := m.start(t, h, &Options{Metrics: ml})
+		a, sa := dialRaw(t, addr, nil), h.waitOpen(t)
+		b, sb := dialRaw(t, addr, nil), h.waitOpen(t)
+		x, sx := dialRaw(t, addr, nil), h.waitOpen(t)
+		queuedIn := func() int {
+			ml.mu.Lock()
+			defer ml.mu.Unlock()
+			return ml.queuedIn
+		}
+		fanout := func(p string, conns ...*Conn) *PreparedMessage {
+			pm, err := NewPreparedMessage(OpText, []byte(p))
+			require.NoError(t, err)
+			for _, c := range conns {
+				require.NoError(t, c.WritePreparedAsync(pm, nil))
+			}
+			return pm
+		}
+
+		time.Sleep(3 * fanoutBackToBack)
+		fanout("1", sa, sb)
+		require.Zero(t, queuedIn(), "a fan-out after a pause is written at once")
+		fanout("2", sa, sb)
+		require.Equal(t, 2, queuedIn(), "back to back: queued on the connections that got the fan-out before")
+		fanout("3", sa, sx)
+		require.Equal(t, 3, queuedIn(), "x missed the fan-out before and is written at once")
+		for _, c := range []*rawClient{a, b, x} {
+			c.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+		}
+		a.expectMessage(OpText, []byte("1"))
+		a.expectMessage(OpText, []byte("2"))
+		a.expectMessage(OpText, []byte("3"))
+		b.expectMessage(OpText, []byte("1"))
+		b.expectMessage(OpText, []byte("2"))
+		x.expectMessage(OpText, []byte("3"))
+
+		for _, c := range []*Conn{sa, sb} { // their writer goroutines are done
+			assertEventually(5*time.Second, func() bool {
+				o := c.box()
+				o.mu.Lock()
+				defer o.mu.Unlock()
+				return !o.busy
+			})
+		}
+		time.Sleep(3 * fanoutBackToBack)
+		fanout("4", sa, sb)
+		require.Equal(t, 3, queuedIn(), "after a pause, written at once again")
+		a.expectMessage(OpText, []byte("4"))
+		b.expectMessage(OpText, []byte("4"))
+	})
+}

@@ -20,6 +20,8 @@ type PreparedMessage struct {
 
 	mu         sync.Mutex
 	compressed map[deflate.Setting][]byte // header and deflated payload, RSV1 set
+
+	fan fanout // where its fan-out stands among the others (outbox.go)
 }
 
 // NewPreparedMessage frames p as a message of type op (OpText or OpBinary).
