@@ -59,7 +59,9 @@ var ErrClosed = errors.New("gust: hub closed")
 // outbox of each receiving connection ([gust.Conn.WritePreparedAsync]),
 // whose writer goroutine writes what is queued, all of a batch in one
 // system call, and exits when the outbox is empty, so an idle subscriber
-// costs no goroutine. A connection whose outbox is full meets its own
+// costs no goroutine; a message for an empty outbox is written at once by
+// the publisher, unless it follows the previous one back to back (see
+// WritePreparedAsync). A connection whose outbox is full meets its own
 // gust.Options.OutboxPolicy: set OutboxCloseSlow (closed with 1008),
 // OutboxDropOldest or OutboxDropNewest on the connections you publish to;
 // under the default, OutboxReject, the message is dropped for that
