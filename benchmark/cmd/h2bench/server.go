@@ -2,15 +2,9 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
 	"fmt"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -22,9 +16,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
-	"time"
 
 	"github.com/gustws/gust"
+	"github.com/gustws/gust/internal/selfsigned"
 )
 
 // The server role: gust's Upgrader behind net/http over TLS, HTTP/1.1 and
@@ -79,7 +73,7 @@ func (l countingListener) Accept() (net.Conn, error) {
 }
 
 func runServer(addr, debugAddr string, maxStreams int) error {
-	cert, err := selfSignedCert()
+	cert, err := selfsigned.Cert(nil, "127.0.0.1")
 	if err != nil {
 		return err
 	}
@@ -166,28 +160,6 @@ func rssKB() int64 {
 		}
 	}
 	return 0
-}
-
-// selfSignedCert is an ECDSA P-256 certificate for 127.0.0.1.
-func selfSignedCert() (tls.Certificate, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return tls.Certificate{}, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "h2bench"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return tls.Certificate{}, err
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
 }
 
 // cpuSeconds is this process's user + system CPU time.
