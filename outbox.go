@@ -316,7 +316,8 @@ func (c *Conn) enqueue(it outboxItem) error {
 
 // writeNowLocked writes it from the calling goroutine, taking the writer's
 // place, and releases o.mu: a fan-out then costs one system call per
-// connection and no goroutine. It never waits: a held write lock queues it
+// connection and no goroutine (unless it comes back to back: fanout). It
+// never waits: a held write lock queues it
 // for a writer goroutine, and what the socket does not take goes to the
 // backlog, which that goroutine writes first.
 func (o *outbox) writeNowLocked(it outboxItem) {
