@@ -2,10 +2,13 @@ package gust
 
 import (
 	"bytes"
+	crand "crypto/rand"
 	"fmt"
+	"io"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gustws/gust/internal/deflate"
 	"github.com/gustws/gust/internal/testkit"
@@ -209,4 +212,69 @@ func TestCompressedBurstKeepsBudget(t *testing.T) {
 			}
 		})
 	}
+}
+
+// MaxMessageSize counts a compressed message as the handler gets it. Bytes
+// that do not compress take more room on the wire than the limit and still
+// pass, whole or in fragments, read whole or streamed; one byte more, once
+// inflated, fails with 1009; so does a frame that announces more than the
+// limit plus deflate's worst case, as soon as its header arrives.
+func TestCompressedLimitCountsTheInflatedMessage(t *testing.T) {
+	const limit = 64 << 10
+	random := make([]byte, limit+1)
+	crand.Read(random)
+	sizes := []int{limit, limit + 1}
+	forEachFrameMode(t, func(t *testing.T, m serverMode) {
+		t.Parallel()
+		for _, stream := range []int{0, 16 << 10} {
+			for _, n := range sizes {
+				for _, pieces := range []int{1, 3} {
+					t.Run(fmt.Sprintf("stream=%d/size=%d/frames=%d", stream, n, pieces), func(t *testing.T) {
+						got := make(chan []byte, 1)
+						h := newRecorder()
+						h.message = func(c *Conn, m *Message) {
+							b, err := io.ReadAll(m)
+							if err == nil {
+								got <- b
+							}
+							m.Close()
+						}
+						addr := m.start(t, h, &Options{MaxMessageSize: limit, StreamThreshold: stream,
+							Compression: CompressionOptions{Enabled: true}})
+						nc := dialRaw(t, addr, nil, "Sec-WebSocket-Extensions: permessage-deflate")
+						z := testkit.NewDeflatePeer().Compress(random[:n])
+						require.Greater(t, len(z), limit, "random bytes grow under deflate")
+						third := len(z) / 3
+						if pieces == 1 {
+							nc.send(frame(0xC2, z))
+						} else {
+							nc.send(frame(0x42, z[:third]), frame(0x00, z[third:2*third]), frame(0x80, z[2*third:]))
+						}
+						if n > limit {
+							nc.expectClose(StatusMessageTooBig)
+							requireCode(t, h.waitClose(t), StatusMessageTooBig)
+							return
+						}
+						select {
+						case b := <-got:
+							require.True(t, bytes.Equal(random[:n], b), "the message as sent")
+						case err := <-h.closed:
+							t.Fatalf("closed instead of delivering the message: %v", err)
+						case <-time.After(10 * time.Second):
+							t.Fatal("no message")
+						}
+					})
+				}
+			}
+			t.Run(fmt.Sprintf("stream=%d/announced past the wire bound", stream), func(t *testing.T) {
+				h := newRecorder()
+				addr := m.start(t, h, &Options{MaxMessageSize: limit, StreamThreshold: stream,
+					Compression: CompressionOptions{Enabled: true}})
+				nc := dialRaw(t, addr, nil, "Sec-WebSocket-Extensions: permessage-deflate")
+				nc.send(header(0xC2, limit+limit/8+257, [4]byte{1, 2, 3, 4}), []byte("abc"))
+				nc.expectClose(StatusMessageTooBig)
+				requireCode(t, h.waitClose(t), StatusMessageTooBig)
+			})
+		}
+	})
 }

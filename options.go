@@ -30,9 +30,13 @@ type Options struct {
 	// and by each open NextWriter.
 	WriteBufferSize int
 
-	// MaxMessageSize is the largest message, in bytes, a peer may send; a
-	// bigger one fails the connection with 1009 (message too big) as soon as
-	// a frame header announces it. Default 16 MiB. Negative means no limit.
+	// MaxMessageSize is the largest message, in bytes, a peer may send, as
+	// OnMessage gets it (inflated, when compressed); a bigger one fails the
+	// connection with 1009 (message too big) as soon as a frame header
+	// announces it, or, compressed, as soon as it inflates past it. A
+	// compressed message may take a little more on the wire, since bytes that
+	// do not compress grow: at most MaxMessageSize plus an eighth plus 256
+	// bytes. Default 16 MiB. Negative means no limit.
 	MaxMessageSize int64
 
 	// MessageTimeout bounds how long a message may take to arrive, from the

@@ -456,7 +456,7 @@ func (c *Conn) beginData(h *frameHeader) error {
 	if err := rd.countEmpty(h); err != nil {
 		return err
 	}
-	if h.length > c.cfg.maxMessageSize()-int64(rd.n) { // not rd.n+length: that can wrap
+	if h.length > c.cfg.wireLimit(rd.compressed)-int64(rd.n) { // not rd.n+length: that can wrap
 		return protocolError(StatusMessageTooBig, "message over the size limit")
 	}
 	threshold := c.cfg.StreamThreshold
@@ -495,7 +495,7 @@ func (c *Conn) parsePayload(h *frameHeader) (want, error) {
 				rd.pos = uint8(pos)
 				return wantBytes, nil
 			}
-			rd.growMessage(fin, end, c.cfg.maxMessageSize(), c.cfg.StreamThreshold)
+			rd.growMessage(fin, end, c.cfg.wireLimit(rd.compressed), c.cfg.StreamThreshold)
 		}
 		dst := (*rd.msg)[rd.n:min(end, len(*rd.msg))]
 		if avail == 0 {
@@ -624,6 +624,23 @@ func (cfg *config) maxMessageSize() int64 {
 		limit = math.MaxInt
 	}
 	return limit
+}
+
+// wireLimit is the most a message may take on the wire: MaxMessageSize,
+// which counts the message as the handler gets it, and for a compressed
+// one deflate's worst case on top, since bytes that do not compress grow
+// a little (by 5 bytes in 64 KiB in stored blocks, by up to an eighth in
+// fixed Huffman codes): the limit plus an eighth plus 256 bytes. The
+// inflated bytes are held to MaxMessageSize as they come out.
+func (cfg *config) wireLimit(compressed bool) int64 {
+	limit := cfg.maxMessageSize()
+	if !compressed {
+		return limit
+	}
+	if limit > (math.MaxInt-256)/9*8 {
+		return math.MaxInt
+	}
+	return limit + limit/8 + 256
 }
 
 // isTooBig reports whether err is gust failing a message over the size

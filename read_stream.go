@@ -290,7 +290,7 @@ func (s *msgStream) nextFrame() error {
 	if err := c.rd.countEmpty(h); err != nil {
 		return err
 	}
-	if h.length > c.cfg.maxMessageSize()-s.wire {
+	if h.length > c.cfg.wireLimit(s.fr != nil)-s.wire {
 		return protocolError(StatusMessageTooBig, "message over the size limit")
 	}
 	s.wire += h.length

@@ -44,13 +44,14 @@ type Server struct {
 
 	// HTTPHandler, if set, serves the requests without an Upgrade:
 	// websocket field (a health check, a metrics scrape) through net/http on
-	// the same connection, which is net/http's from then on, even for a
-	// later request that asks for a WebSocket. A request has
-	// HandshakeTimeout to arrive and as long for its response, an idle
-	// connection as long for its next request; heads are bounded by
-	// MaxHeaderBytes. Shutdown and Close cover these connections; OnRequest
-	// and Metrics do not see them. Default nil: such a request is refused
-	// as a failed handshake.
+	// the same connection. A later request on it that asks for a WebSocket
+	// (clients and proxies that pool connections send one) is answered by
+	// the Server as a first request is. A request has HandshakeTimeout to
+	// arrive and as long for its response, an idle connection as long for
+	// its next request; heads are bounded by MaxHeaderBytes. Shutdown and
+	// Close cover these connections; OnRequest and Metrics do not see their
+	// plain requests. Default nil: such a request is refused as a failed
+	// handshake.
 	HTTPHandler http.Handler
 
 	serverOnce sync.Once
@@ -194,6 +195,14 @@ func isTemporary(err error) bool {
 // serveConn reads and answers the handshake, then runs the read loop. Serve
 // has reserved the connection's place in the tracker.
 func (s *Server) serveConn(nc net.Conn) {
+	s.run(nc, s.handshake)
+}
+
+// run answers the handshake on nc with handshake, then runs the read loop,
+// or hands nc to net/http when handshake returns it as plain. The caller
+// has reserved the connection's place in the tracker; a shutdown drops the
+// handshake meanwhile.
+func (s *Server) run(nc net.Conn, handshake func(net.Conn) (c *Conn, plain net.Conn)) {
 	s.mu.Lock()
 	if s.Upgrader.track.closing.Load() {
 		s.mu.Unlock()
@@ -204,7 +213,7 @@ func (s *Server) serveConn(nc net.Conn) {
 	s.pending[nc] = struct{}{}
 	s.mu.Unlock()
 
-	c, plain := s.handshake(nc)
+	c, plain := handshake(nc)
 
 	s.mu.Lock()
 	delete(s.pending, nc)
@@ -283,13 +292,22 @@ func (s *Server) handshake(nc net.Conn) (c *Conn, plain net.Conn) {
 		return nil, newReadAheadConn(nc, (*buf)[:w])
 	}
 	r, herr := newHTTPRequest(req, nc)
-	var hs handshakeResult
-	if herr == nil {
-		hs, herr = cfg.checkRequest(r)
-	}
 	if herr != nil {
 		refuse(nc, cfg, herr.Status, string(herr.Body))
 		return nil, nil
+	}
+	return s.upgrade(nc, r, deadline, (*buf)[hn:w], (*buf)[w:w]), nil
+}
+
+// upgrade answers r, a handshake request that came on nc before deadline,
+// with 101 (appended to scratch) or an HTTP error, and opens the Conn with
+// the bytes that followed the request's head; nil when nc must be closed.
+func (s *Server) upgrade(nc net.Conn, r *http.Request, deadline time.Time, after, scratch []byte) *Conn {
+	cfg := s.config()
+	hs, herr := cfg.checkRequest(r)
+	if herr != nil {
+		refuse(nc, cfg, herr.Status, string(herr.Body))
+		return nil
 	}
 	if cfg.OnRequest != nil {
 		// As net/http's, the request's context carries the local address;
@@ -303,19 +321,19 @@ func (s *Server) handshake(nc net.Conn) (c *Conn, plain net.Conn) {
 	if herr != nil {
 		writeRefusal(nc, herr)
 		cfg.reportHandshake(herr.Status)
-		return nil, nil
+		return nil
 	}
 	if !s.commit(nc) {
-		return nil, nil
+		return nil
 	}
-	if _, err := nc.Write(handshake.AppendResponse((*buf)[w:w], hs.key, hs.subprotocol, hs.extensions(), cfg.ResponseHeader, extra)); err != nil {
+	if _, err := nc.Write(handshake.AppendResponse(scratch, hs.key, hs.subprotocol, hs.extensions(), cfg.ResponseHeader, extra)); err != nil {
 		cfg.reportHandshake(0)
-		return nil, nil
+		return nil
 	}
 	cfg.reportHandshake(http.StatusSwitchingProtocols)
 	nc.SetDeadline(time.Time{})
-	c.open(nc, (*buf)[hn:w], hs) // copies the bytes after the head
-	return c, nil
+	c.open(nc, after, hs) // copies the bytes after the head
+	return c
 }
 
 // refuse answers a handshake request with an HTTP error, and reports it.

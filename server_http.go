@@ -1,6 +1,7 @@
 package gust
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -8,11 +9,17 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"time"
+
+	"github.com/gustws/gust/internal/handshake"
 )
 
 // A Server's requests that are not WebSocket handshakes go to HTTPHandler:
 // the connection, with the bytes read put back in front, is handed to an
-// http.Server of its own through a listener (connFeed).
+// http.Server of its own through a listener (connFeed). A handshake that
+// comes later on such a connection (clients and proxies that pool their
+// connections send one) is taken back from net/http and answered as a
+// first request is.
 
 // httpSide is the net/http server behind HTTPHandler, started by the first
 // request for it.
@@ -36,11 +43,59 @@ func (s *Server) serveHTTP(nc net.Conn) {
 		return
 	}
 	if s.http == nil {
-		s.http = newHTTPSide(s.config(), s.HTTPHandler)
+		s.http = newHTTPSide(s.config(), s.takeUpgrades(s.HTTPHandler))
 	}
 	hs := s.http
 	s.mu.Unlock()
 	hs.feed.hand(nc)
+}
+
+// takeUpgrades returns h, except for WebSocket handshakes, which the Server
+// answers itself (upgradeHijacked).
+func (s *Server) takeUpgrades(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !handshake.HasToken(r.Header, "Upgrade", "websocket") {
+			h.ServeHTTP(w, r)
+			return
+		}
+		s.upgradeHijacked(w, r)
+	})
+}
+
+// upgradeHijacked takes the connection of r, a handshake net/http read on
+// a connection it kept alive, and serves it as serveConn serves a new one:
+// the same checks and answer, the bytes net/http had read after the head
+// kept, onto an event loop in netpoll mode, covered by Shutdown.
+func (s *Server) upgradeHijacked(w http.ResponseWriter, r *http.Request) {
+	if !s.Upgrader.track.begin() { // a shutdown has started
+		w.Header().Set("Connection", "close")
+		http.Error(w, "server shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	nc, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		s.Upgrader.track.end()
+		http.Error(w, "cannot take over the connection", http.StatusInternalServerError)
+		return
+	}
+	after, _ := brw.Reader.Peek(brw.Reader.Buffered())
+	after = bytes.Clone(after)
+	if rc, ok := nc.(*readAheadConn); ok {
+		// What the Server had read and net/http had not yet, after what
+		// net/http had.
+		after = append(after, rc.ahead...)
+		nc = rc.Conn
+	}
+	r.TLS = nil
+	if tc, ok := nc.(*tls.Conn); ok {
+		st := tc.ConnectionState()
+		r.TLS = &st
+	}
+	s.run(nc, func(nc net.Conn) (*Conn, net.Conn) {
+		deadline := time.Now().Add(s.config().HandshakeTimeout)
+		nc.SetDeadline(deadline)
+		return s.upgrade(nc, r, deadline, after, nil), nil
+	})
 }
 
 // newHTTPSide starts a net/http server for h with the Server's limits:

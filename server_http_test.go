@@ -158,8 +158,8 @@ func TestServerHTTPUpgradeAttemptsStayWebSocket(t *testing.T) {
 }
 
 // TestServerHTTPKeepAlive: the requests that follow on the connection,
-// pipelined or not, are net/http's; one that asks for a WebSocket there
-// goes to the handler too, as documented.
+// pipelined or not, are net/http's (TestServerHTTPUpgradeAfterKeepAlive
+// has one that asks for a WebSocket there).
 func TestServerHTTPKeepAlive(t *testing.T) {
 	t.Parallel()
 	forEachNetpoll(t, func(t *testing.T, netpoll bool) {
@@ -179,8 +179,7 @@ func TestServerHTTPKeepAlive(t *testing.T) {
 		}
 		require.Equal(t, []bool{false, true, true}, reused)
 
-		// Raw: one request, then two pipelined in one write, then one that
-		// asks for a WebSocket.
+		// Raw: one request, then two pipelined in one write.
 		c := dialPlain(t, addr)
 		resp := c.rawRequest("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
 		require.Equal(t, "ok", readBody(t, resp))
@@ -191,9 +190,72 @@ func TestServerHTTPKeepAlive(t *testing.T) {
 			require.NoError(t, err)
 			require.Contains(t, readBody(t, resp), want)
 		}
-		resp = c.rawRequest(handshakeRequest(addr))
-		require.Equal(t, http.StatusNotFound, resp.StatusCode)
-		readBody(t, resp)
+	})
+}
+
+// TestServerHTTPUpgradeAfterKeepAlive: a handshake on a connection net/http
+// has served plain requests on (Node's fetch then WebSocket, aiohttp's
+// session, a proxy's pooled upstream connection) is the Server's, as a
+// first request is: answered 101, with a frame sent in the same write as
+// the head kept, onto an event loop in netpoll mode, over TLS too, and
+// closed with 1001 by Shutdown. The handler never sees it.
+func TestServerHTTPUpgradeAfterKeepAlive(t *testing.T) {
+	t.Parallel()
+	cert, _ := testCert(t, "127.0.0.1")
+	forEachNetpoll(t, func(t *testing.T, netpoll bool) {
+		for _, secure := range []bool{false, true} {
+			t.Run(fmt.Sprintf("tls=%v", secure), func(t *testing.T) {
+				t.Parallel()
+				var served atomic.Int32
+				mux := plainMux()
+				mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+					served.Add(1)
+					http.NotFound(w, r)
+				})
+				h := newEcho()
+				onLoop := make(chan bool, 1)
+				h.open = func(c *Conn) { onLoop <- c.Netpoll() }
+				s := newServer(h, &Options{Netpoll: netpoll})
+				s.HTTPHandler = mux
+				ln, err := net.Listen("tcp", "127.0.0.1:0")
+				require.NoError(t, err)
+				done := make(chan error, 1)
+				if secure {
+					s.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}}
+					go func() { done <- s.ServeTLS(ln, "", "") }()
+				} else {
+					go func() { done <- s.Serve(ln) }()
+				}
+				nc, err := net.Dial("tcp", ln.Addr().String())
+				require.NoError(t, err)
+				defer nc.Close()
+				if secure {
+					nc = tls.Client(nc, &tls.Config{InsecureSkipVerify: true})
+				}
+				nc.SetDeadline(time.Now().Add(10 * time.Second))
+				c := &rawClient{t: t, nc: nc, br: bufio.NewReader(nc)}
+				for range 2 {
+					require.Equal(t, "ok", readBody(t, c.rawRequest("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")))
+				}
+				req := handshakeRequest(ln.Addr().String()) + string(frame(0x81, []byte("kept")))
+				resp := c.rawRequest(req)
+				require.Equal(t, http.StatusSwitchingProtocols, resp.StatusCode)
+				c.expectMessage(OpText, []byte("kept"))
+				require.Equal(t, netpoll, <-onLoop, "served as a first request's connection is")
+				c.send(frame(0x81, []byte("next")))
+				c.expectMessage(OpText, []byte("next"))
+				require.Zero(t, served.Load(), "the handler never saw the handshake")
+
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				shut := make(chan error, 1)
+				go func() { shut <- s.Shutdown(ctx) }()
+				c.expectClose(StatusGoingAway)
+				require.NoError(t, <-shut)
+				require.ErrorIs(t, <-done, ErrServerClosed)
+				require.Equal(t, StatusGoingAway, CloseStatus(h.waitClose(t)))
+			})
+		}
 	})
 }
 

@@ -419,6 +419,11 @@ const matrixLegend = `Each cell is one subtest; every connection negotiates perm
   a gust server that streams it (Options.StreamThreshold) into a SHA-256; gust's client sends one with
   WriteFrom to a websockets server that reads it with recv_streaming; each side checks count and hash.
   "32 MB stream, deflate": the same with permessage-deflate, 32 MB.
+- 16 MiB random, deflate (pooled_test.go): the client sends 16 MiB of random bytes compressed, which
+  deflate makes larger than gust's default MaxMessageSize on the wire; gust answers its length and hash.
+- WebSocket after a request (pooled_test.go): aiohttp's session GET /healthz then ws_connect, undici's
+  fetch then WebSocket, on one connection that HTTPHandler's net/http served first. Rows "Server
+  goroutine|netpoll ws|wss" are a gust Server with HTTPHandler.
 `
 
 func TestPythonClient(t *testing.T) {

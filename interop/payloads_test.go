@@ -85,4 +85,5 @@ func featuresNamed(names ...string) []feature {
 
 // matrixColumns orders the columns of the summary.
 var matrixColumns = []string{"text", "binary", "fragmented", "1 MiB", "deflate", "close 1000", "close 4001",
-	"close 4000", "server close 4002", "200 MB stream", "32 MB stream, deflate"}
+	"close 4000", "server close 4002", "200 MB stream", "32 MB stream, deflate", "16 MiB random, deflate",
+	"WebSocket after a request"}
