@@ -1,9 +1,7 @@
 package hub
 
 import (
-	"cmp"
 	"context"
-	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -73,11 +71,29 @@ type HistoryBroker interface {
 	// reaches the SubscribeHistory handler once its Interest has added
 	// topic (History is called after Add): nothing falls between.
 	History(ctx context.Context, topic string, since uint64, f func(Record) error) error
+	// Epoch names the history as it is now. It changes whenever the history
+	// starts over and its sequences with it (a MemoryHistory made anew, a
+	// stream re-created after the broker lost its store), so that a
+	// position a client kept from before is known for what it is. Records
+	// carry the epoch that numbered them. Epoch does not wait for the
+	// network.
+	Epoch() string
+	// PublishAsync is Publish without the wait: it takes msg (not keeping
+	// it) and returns at once, with an error only when it cannot take it
+	// (its queue is full, it is closed); then it calls done, once, from any
+	// goroutine, with the position the message was stored at, or the error
+	// that kept it out (it may then have been stored anyway). The messages
+	// handed over one after another are stored in that order. done must not
+	// block; nil means no report.
+	PublishAsync(topic string, msg []byte, done func(Position, error)) error
 }
 
 // Record is a message as a HistoryBroker numbers it.
 type Record struct {
 	Topic string
+	// Epoch is the epoch of the history that numbered the message
+	// (HistoryBroker.Epoch).
+	Epoch string
 	// Seq is the message's sequence: it grows with each message of the
 	// topic, not necessarily by one (a NATS stream numbers the messages
 	// of all topics together).
@@ -164,110 +180,4 @@ func (b *LocalBroker) remove(h *localHandler) {
 		}
 	}
 	b.handlers.Store(&next)
-}
-
-// MemoryHistory is a HistoryBroker for the Hubs of one process: it numbers
-// every message, keeps the last MaxPerTopic of each topic in memory, and
-// delivers each to every subscribed handler in the publisher's goroutine
-// before Publish returns (publishers take turns). With it, a single-process
-// server gives its clients what [Hub.SubscribeSince] gives: what a
-// reconnecting client missed, as long as the process lives. Memory is what
-// the kept messages take: topics × MaxPerTopic messages at most; a topic
-// stays until the process ends.
-type MemoryHistory struct {
-	max int
-
-	deliver  sync.Mutex // held while handlers run: one message at a time, in order
-	mu       sync.Mutex // guards what follows; History holds only this one
-	seq      uint64
-	topics   map[string][]Record
-	handlers []*historyHandler
-}
-
-type historyHandler struct{ f func(Record) }
-
-// NewMemoryHistory returns a MemoryHistory that keeps maxPerTopic messages
-// of each topic (1,000 when maxPerTopic ≤ 0).
-func NewMemoryHistory(maxPerTopic int) *MemoryHistory {
-	if maxPerTopic <= 0 {
-		maxPerTopic = 1000
-	}
-	return &MemoryHistory{max: maxPerTopic, topics: make(map[string][]Record)}
-}
-
-var _ HistoryBroker = (*MemoryHistory)(nil)
-
-// Publish numbers msg, keeps a copy and delivers it.
-func (b *MemoryHistory) Publish(topic string, msg []byte) error {
-	b.deliver.Lock()
-	defer b.deliver.Unlock()
-	b.mu.Lock()
-	b.seq++
-	r := Record{Topic: topic, Seq: b.seq, Msg: append([]byte(nil), msg...)}
-	rs := b.topics[topic]
-	if n := len(rs); n > 0 {
-		r.Prev = rs[n-1].Seq
-	}
-	if len(rs) == b.max {
-		rs = append(rs[:0], rs[1:]...)
-	}
-	b.topics[topic] = append(rs, r)
-	hs := b.handlers
-	b.mu.Unlock()
-	for _, h := range hs {
-		h.f(r)
-	}
-	return nil
-}
-
-// Subscribe delivers every message to handler, whatever its topic.
-func (b *MemoryHistory) Subscribe(handler func(topic string, msg []byte)) (func(), error) {
-	in, err := b.SubscribeHistory(func(r Record) { handler(r.Topic, r.Msg) })
-	return in.Unsubscribe, err
-}
-
-// SubscribeInterest is Subscribe: a MemoryHistory does not route by
-// interest (a Hub ignores the topics it has no subscribers for).
-func (b *MemoryHistory) SubscribeInterest(handler func(topic string, msg []byte)) (Interest, error) {
-	return b.SubscribeHistory(func(r Record) { handler(r.Topic, r.Msg) })
-}
-
-// SubscribeHistory delivers every message to handler as a Record.
-func (b *MemoryHistory) SubscribeHistory(handler func(Record)) (Interest, error) {
-	h := &historyHandler{f: handler}
-	b.mu.Lock()
-	b.handlers = append(slices.Clip(b.handlers), h)
-	b.mu.Unlock()
-	return &memoryInterest{b: b, h: h}, nil
-}
-
-// History calls f with the kept messages of topic from since on.
-func (b *MemoryHistory) History(ctx context.Context, topic string, since uint64, f func(Record) error) error {
-	b.mu.Lock()
-	rs := slices.Clone(b.topics[topic])
-	b.mu.Unlock()
-	i, _ := slices.BinarySearchFunc(rs, since, func(r Record, seq uint64) int { return cmp.Compare(r.Seq, seq) })
-	for _, r := range rs[i:] {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if err := f(r); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-type memoryInterest struct {
-	b *MemoryHistory
-	h *historyHandler
-}
-
-func (in *memoryInterest) Add(string) error { return nil }
-func (in *memoryInterest) Remove(string)    {}
-
-func (in *memoryInterest) Unsubscribe() {
-	in.b.mu.Lock()
-	in.b.handlers = slices.DeleteFunc(slices.Clone(in.b.handlers), func(h *historyHandler) bool { return h == in.h })
-	in.b.mu.Unlock()
 }

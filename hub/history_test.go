@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime"
 	"slices"
-	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,7 +28,8 @@ import (
 // live, as if the Broker's connection had dropped them; those that contain
 // "late" are stored, and delivered live only when release is called.
 type memHistory struct {
-	keep int
+	keep  int
+	epoch string
 	gate chan struct{} // when not nil, History waits for it to close
 	held []hub.Record  // the "late" ones, guarded by deliver
 
@@ -38,16 +41,45 @@ type memHistory struct {
 }
 
 func newMemHistory(keep int) *memHistory {
-	return &memHistory{keep: keep, records: make(map[string][]hub.Record)}
+	return &memHistory{keep: keep, epoch: "e1", records: make(map[string][]hub.Record)}
+}
+
+func (b *memHistory) Epoch() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.epoch
+}
+
+// restart loses every record and starts numbering anew, in epoch.
+func (b *memHistory) restart(epoch string) {
+	b.deliver.Lock()
+	defer b.deliver.Unlock()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.epoch, b.seq = epoch, 0
+	clear(b.records)
+}
+
+func (b *memHistory) PublishAsync(topic string, msg []byte, done func(hub.Position, error)) error {
+	r := b.publish(topic, msg)
+	if done != nil {
+		done(hub.Position{Epoch: r.Epoch, Seq: r.Seq}, nil)
+	}
+	return nil
 }
 
 func (b *memHistory) Publish(topic string, msg []byte) error {
+	b.publish(topic, msg)
+	return nil
+}
+
+func (b *memHistory) publish(topic string, msg []byte) hub.Record {
 	b.deliver.Lock()
 	defer b.deliver.Unlock()
 	b.mu.Lock()
 	b.seq++
 	rs := b.records[topic]
-	r := hub.Record{Topic: topic, Seq: b.seq, Msg: slices.Clone(msg)}
+	r := hub.Record{Topic: topic, Epoch: b.epoch, Seq: b.seq, Msg: slices.Clone(msg)}
 	if len(rs) > 0 {
 		r.Prev = rs[len(rs)-1].Seq
 	}
@@ -67,7 +99,7 @@ func (b *memHistory) Publish(topic string, msg []byte) error {
 			h(r)
 		}
 	}
-	return nil
+	return r
 }
 
 // release delivers the "late" messages.
@@ -134,21 +166,31 @@ type notice struct {
 	Data      json.RawMessage `json:"data"`
 	Gap       *uint64         `json:"gap"`
 	Recovered *uint64         `json:"recovered"`
+	Epoch     string          `json:"epoch"`
+	Reset     bool            `json:"reset"`
 }
 
 // says returns what a client received, one line each: "T#seq text",
-// "T gap N", "T recovered N".
+// "T gap N", "T reset EPOCH", "T recovered N", and "@EPOCH" after the last
+// two when the epoch is not e1.
 func says(t *testing.T, c *hubClient) []string {
 	t.Helper()
 	var out []string
 	for _, s := range c.textsNow() {
 		var n notice
 		require.NoError(t, json.Unmarshal([]byte(s), &n), s)
+		at := ""
+		if n.Epoch != "e1" {
+			at = " @" + n.Epoch
+		}
 		switch {
+		case n.Gap != nil && n.Reset:
+			require.Zero(t, *n.Gap, s)
+			out = append(out, fmt.Sprintf("%s reset%s", n.Topic, at))
 		case n.Gap != nil:
-			out = append(out, fmt.Sprintf("%s gap %d", n.Topic, *n.Gap))
+			out = append(out, fmt.Sprintf("%s gap %d%s", n.Topic, *n.Gap, at))
 		case n.Recovered != nil:
-			out = append(out, fmt.Sprintf("%s recovered %d", n.Topic, *n.Recovered))
+			out = append(out, fmt.Sprintf("%s recovered %d%s", n.Topic, *n.Recovered, at))
 		default:
 			var v struct{ Text string }
 			require.NoError(t, json.Unmarshal(n.Data, &v), s)
@@ -209,33 +251,33 @@ func TestHubSubscribeSince(t *testing.T) {
 	}
 
 	c := dialHub(t, s.url, 0, false, true)
-	c.send(t, "since:room:4")
+	c.send(t, "since:room:e1:4")
 	waitSays(t, c, "room#5 e", "room#6 f", "room recovered 6")
 	say(t, hb, "room", "g")
 	waitSays(t, c, "room#5 e", "room#6 f", "room recovered 6", "room#7 g")
-	c.send(t, "since:room:1") // subscribed already: nothing more
+	c.send(t, "since:room:e1:1") // subscribed already: nothing more
 	time.Sleep(20 * time.Millisecond)
 	require.Len(t, says(t, c), 4)
 
 	c = dialHub(t, s.url, 0, false, true)
-	c.send(t, "since:room:0")
+	c.send(t, "since:room:e1:0")
 	waitSays(t, c, "room#4 d", "room#5 e", "room#6 f", "room#7 g", "room recovered 7")
 
 	c = dialHub(t, s.url, 0, false, true)
-	c.send(t, "since:room:2") // 2 is gone
+	c.send(t, "since:room:e1:2") // 2 is gone
 	waitSays(t, c, "room gap 2", "room#4 d", "room#5 e", "room#6 f", "room#7 g", "room recovered 7")
 
 	c = dialHub(t, s.url, 0, false, true)
-	c.send(t, "since:empty:9") // nothing at all: a gap, as 9 may have been there
-	waitSays(t, c, "empty gap 9", "empty recovered 9")
+	c.send(t, "since:empty:e1:9") // nothing at all: past the end, start over
+	waitSays(t, c, "empty reset", "empty recovered 0")
 
 	c = dialHub(t, s.url, 0, false, true)
-	c.send(t, "since:room:7") // up to date
+	c.send(t, "since:room:e1:7") // up to date
 	waitSays(t, c, "room recovered 7")
 
 	plain, err := hub.New(nil)
 	require.NoError(t, err)
-	require.ErrorIs(t, plain.SubscribeSince(c.conn, "room", 1), hub.ErrNoHistory)
+	require.ErrorIs(t, plain.SubscribeSince(c.conn, "room", hub.Position{Epoch: "e1", Seq: 1}), hub.ErrNoHistory)
 }
 
 // Messages published while a connection recovers reach it after what the
@@ -251,7 +293,7 @@ func TestHubSubscribeSinceMeetsLiveMessages(t *testing.T) {
 	say(t, hb, "room", "b")
 
 	c := dialHub(t, s.url, 0, false, true)
-	c.send(t, "since:room:1") // waits at the gate
+	c.send(t, "since:room:e1:1") // waits at the gate
 	say(t, hb, "room", "c")   // stored (so in the history) and live
 	say(t, hb, "room", "d")
 	time.Sleep(20 * time.Millisecond)
@@ -297,7 +339,7 @@ func TestHubSubscribeSinceSendsEachMessageOnce(t *testing.T) {
 	say(t, hb, "room", "lose") // stored, never brought: repaired with the next
 
 	c := dialHub(t, s.url, 0, false, true)
-	c.send(t, "since:room:1")
+	c.send(t, "since:room:e1:1")
 	waitSays(t, c, "room#2 late", "room#3 lose", "room recovered 3")
 	b.release()
 	say(t, hb, "room", "b")
@@ -313,7 +355,7 @@ func TestHubCloseEndsRecoveries(t *testing.T) {
 	require.NoError(t, err)
 	s := startHubServer(t, serverConfig{hub: hb, wrap: true})
 	c := dialHub(t, s.url, 0, false, true)
-	c.send(t, "since:room:0")
+	c.send(t, "since:room:e1:0")
 	done := make(chan struct{})
 	go func() { hb.Close(); close(done) }()
 	select {
@@ -331,8 +373,9 @@ func TestFrameJSON(t *testing.T) {
 		{hub.Notice{Topic: "r", Seq: 3, Op: gust.OpText, Data: []byte(`{"a":1}`)}, `{"topic":"r","seq":3,"data":{"a":1}}`},
 		{hub.Notice{Topic: "r\"", Seq: 3, Op: gust.OpText, Data: []byte(`hi "you"`)}, `{"topic":"r\"","seq":3,"data":"hi \"you\""}`},
 		{hub.Notice{Topic: "r", Seq: 3, Op: gust.OpBinary, Data: []byte{0, 1, 2}}, `{"topic":"r","seq":3,"data":"AAEC"}`},
-		{hub.Notice{Kind: hub.NoticeGap, Topic: "r", Seq: 9}, `{"topic":"r","gap":9}`},
-		{hub.Notice{Kind: hub.NoticeRecovered, Topic: "r", Seq: 9}, `{"topic":"r","recovered":9}`},
+		{hub.Notice{Kind: hub.NoticeGap, Topic: "r", Seq: 9, Epoch: "k3"}, `{"topic":"r","gap":9,"epoch":"k3"}`},
+		{hub.Notice{Kind: hub.NoticeGap, Topic: "r", Epoch: "k3", Reset: true}, `{"topic":"r","gap":0,"epoch":"k3","reset":true}`},
+		{hub.Notice{Kind: hub.NoticeRecovered, Topic: "r", Seq: 9, Epoch: "k3"}, `{"topic":"r","recovered":9,"epoch":"k3"}`},
 	} {
 		got, op := hub.FrameJSON(nil, tc.n)
 		require.Equal(t, tc.want, string(got))
@@ -344,7 +387,8 @@ func TestFrameJSON(t *testing.T) {
 // MemoryHistory gives the Hubs of one process numbered messages and
 // recovery, keeping the last MaxPerTopic of each topic.
 func TestMemoryHistory(t *testing.T) {
-	b := hub.NewMemoryHistory(3)
+	b := hub.NewMemoryHistory(&hub.MemoryHistoryOptions{MaxPerTopic: 3})
+	at := " @" + b.Epoch()
 	h1, err := hub.New(&hub.Options{Broker: b})
 	require.NoError(t, err)
 	defer h1.Close()
@@ -360,32 +404,39 @@ func TestMemoryHistory(t *testing.T) {
 	waitSays(t, live, "room#1 a", "room#2 b", "room#3 c", "room#4 d", "room#5 e")
 
 	c := dialHub(t, s1.url, 0, false, true)
-	c.send(t, "since:room:3")
-	waitSays(t, c, "room#4 d", "room#5 e", "room recovered 5")
+	c.send(t, "since:room:"+b.Epoch()+":3")
+	waitSays(t, c, "room#4 d", "room#5 e", "room recovered 5"+at)
 	c = dialHub(t, s1.url, 0, false, true)
-	c.send(t, "since:room:1")
-	waitSays(t, c, "room gap 1", "room#3 c", "room#4 d", "room#5 e", "room recovered 5")
+	c.send(t, "since:room:"+b.Epoch()+":1")
+	waitSays(t, c, "room gap 1"+at, "room#3 c", "room#4 d", "room#5 e", "room recovered 5"+at)
 
 	require.NoError(t, h2.Close()) // unsubscribes: h1 still gets its messages
 	say(t, h1, "room", "f")
-	waitSays(t, c, "room gap 1", "room#3 c", "room#4 d", "room#5 e", "room recovered 5", "room#6 f")
+	waitSays(t, c, "room gap 1"+at, "room#3 c", "room#4 d", "room#5 e", "room recovered 5"+at, "room#6 f")
+
+	// A position from another MemoryHistory (before a restart) starts over.
+	c = dialHub(t, s1.url, 0, false, true)
+	c.send(t, "since:room:"+hub.NewMemoryHistory(nil).Epoch()+":5")
+	waitSays(t, c, "room reset"+at, "room#4 d", "room#5 e", "room#6 f", "room recovered 6"+at)
 }
 
 func ExampleMemoryHistory() {
-	h, err := hub.New(&hub.Options{Broker: hub.NewMemoryHistory(100)})
+	h, err := hub.New(&hub.Options{Broker: hub.NewMemoryHistory(nil)})
 	if err != nil {
 		panic(err)
 	}
 	defer h.Close()
 	// A client says where it stopped when it connects, as in
-	// ws://host/ws?room=lobby&since=42: it gets what it missed, then what
-	// follows, each message as {"topic":"lobby","seq":43,"data":...}.
+	// ws://host/ws?room=lobby&since=k3x9:42 (the epoch of its last
+	// "recovered" or "gap", the seq of its last message): it gets what it
+	// missed, then what follows, each message as
+	// {"topic":"lobby","seq":43,"data":...}.
 	srv := &gust.Server{Upgrader: gust.Upgrader{
 		Handler: h.Wrap(sinceHandler{h: h}),
 		OnRequest: func(r *http.Request, _ http.Header, c *gust.Conn) error {
-			since, err := strconv.ParseUint(r.URL.Query().Get("since"), 10, 64)
+			since, err := hub.ParsePosition(r.URL.Query().Get("since"))
 			if err != nil {
-				since = 0
+				return &gust.HandshakeError{Status: http.StatusBadRequest, Body: []byte(err.Error())}
 			}
 			c.Set("room", r.URL.Query().Get("room"))
 			c.Set("since", since)
@@ -403,7 +454,7 @@ type sinceHandler struct {
 func (s sinceHandler) OnOpen(c *gust.Conn) {
 	room, _ := c.Get("room")
 	since, _ := c.Get("since")
-	s.h.SubscribeSince(c, room.(string), since.(uint64))
+	s.h.SubscribeSince(c, room.(string), since.(hub.Position))
 }
 
 // captureBroker is a HistoryBroker that only hands its handlers to the
@@ -432,5 +483,153 @@ func FuzzHubHistoryRecords(f *testing.F) {
 	f.Fuzz(func(t *testing.T, msg []byte, seq, prev uint64) {
 		b.record(hub.Record{Topic: "t", Seq: seq, Prev: prev, Msg: msg})
 		b.record(hub.Record{Topic: "", Seq: seq, Prev: prev, Msg: msg})
+	})
+}
+
+// A position the history does not know never mutes the member: past the
+// last sequence (a MemoryHistory restarted, a stream re-created, a client
+// that makes one up), of another epoch, or without one, it is told to
+// start over, gets all that is kept, then every live message.
+func TestHubSubscribeSinceStartsOverNeverMutes(t *testing.T) {
+	b := newMemHistory(100)
+	hb, err := hub.New(&hub.Options{Broker: b})
+	require.NoError(t, err)
+	defer hb.Close()
+	s := startHubServer(t, serverConfig{hub: hb, wrap: true})
+	for _, text := range []string{"a", "b", "c"} {
+		say(t, hb, "room", text)
+	}
+	var clients []*hubClient
+	for _, since := range []string{"e1:60", "e1:18446744073709551615", "e0:2", "2", ":2"} {
+		c := dialHub(t, s.url, 0, false, true)
+		c.send(t, "since:room:"+since)
+		waitSays(t, c, "room reset", "room#1 a", "room#2 b", "room#3 c", "room recovered 3")
+		clients = append(clients, c)
+	}
+	say(t, hb, "room", "d")
+	for _, c := range clients {
+		waitSays(t, c, "room reset", "room#1 a", "room#2 b", "room#3 c", "room recovered 3", "room#4 d")
+	}
+	c := dialHub(t, s.url, 0, false, true)
+	c.send(t, "since:room:e1:2")
+	waitSays(t, c, "room#3 c", "room#4 d", "room recovered 4")
+}
+
+// When the history starts over (the broker lost its store), a live member
+// and one recovering are told, with the new epoch, before the first
+// message numbered anew, which reaches them although its sequence is
+// below the ones they had.
+func TestHubHistoryStartsOverUnderItsMembers(t *testing.T) {
+	b := newMemHistory(100)
+	hb, err := hub.New(&hub.Options{Broker: b})
+	require.NoError(t, err)
+	defer hb.Close()
+	s := startHubServer(t, serverConfig{hub: hb, wrap: true})
+	live := dialHub(t, s.url, 0, false, true)
+	live.send(t, "since:room:e1:0")
+	for _, text := range []string{"a", "b", "c"} {
+		say(t, hb, "room", text)
+	}
+	waitSays(t, live, "room recovered 0", "room#1 a", "room#2 b", "room#3 c")
+
+	b.gate = make(chan struct{})
+	recovering := dialHub(t, s.url, 0, false, true)
+	recovering.send(t, "since:room:e1:2") // waits at the gate
+	b.restart("e2")
+	say(t, hb, "room", "x")
+	waitSays(t, live, "room recovered 0", "room#1 a", "room#2 b", "room#3 c", "room reset @e2", "room#1 x")
+	close(b.gate)
+	waitSays(t, recovering, "room reset @e2", "room#1 x", "room recovered 1 @e2")
+	say(t, hb, "room", "y")
+	waitSays(t, recovering, "room reset @e2", "room#1 x", "room recovered 1 @e2", "room#2 y")
+	waitSays(t, live, "room recovered 0", "room#1 a", "room#2 b", "room#3 c", "room reset @e2", "room#1 x", "room#2 y")
+}
+
+// Members that recover a topic and never read do not hold up the room:
+// each record is framed once for all of them, each holds at most a window
+// of it in its outbox, and a member who reads gets the history and the
+// live messages.
+func TestHubRecoveryFramesOnceAndFeedsAsItDrains(t *testing.T) {
+	var frames atomic.Int64
+	hb, err := hub.New(&hub.Options{Broker: hub.NewMemoryHistory(nil), Frame: func(dst []byte, n hub.Notice) ([]byte, gust.Opcode) {
+		if n.Kind == hub.NoticeMessage {
+			frames.Add(1)
+		}
+		return hub.FrameJSON(dst, n)
+	}})
+	require.NoError(t, err)
+	defer hb.Close()
+	const kept, members, window = 300, 40, 64
+	text := strings.Repeat("x", 2000)
+	for range kept {
+		say(t, hb, "room", text)
+	}
+	require.Zero(t, frames.Load(), "a message without subscribers is not framed")
+	s := startHubServer(t, serverConfig{hub: hb, wrap: true, autoJoin: "room", autoSince: &hub.Position{}, sndbuf: 4096})
+	for range members {
+		dialHub(t, s.url, 4096, false, false) // never reads
+	}
+	waitFor(t, "every recovery stuck with a full window", 10*time.Second, func() bool {
+		return hb.Stats().Pending == members*window
+	})
+	require.LessOrEqual(t, frames.Load(), int64(kept), "each record framed once, not once per member")
+	reader := dialHub(t, s.url, 0, false, true)
+	waitFor(t, "the reader's recovery", 10*time.Second, func() bool { return int(reader.count.Load()) == kept+1 })
+	say(t, hb, "room", "live")
+	waitFor(t, "the live message", 10*time.Second, func() bool { return int(reader.count.Load()) == kept+2 })
+	require.Equal(t, int64(members*window), hb.Stats().Pending, "the stuck members hold a window each")
+	require.LessOrEqual(t, frames.Load(), int64(kept+1))
+}
+
+// MemoryHistory's memory is bounded by MaxBytes for all topics together,
+// however many topics clients make: the oldest messages of all topics go
+// first, a topic whose messages have all gone is forgotten, and messages
+// past MaxAge go too.
+func TestMemoryHistoryBudget(t *testing.T) {
+	const budget = 1 << 20
+	b := hub.NewMemoryHistory(&hub.MemoryHistoryOptions{MaxPerTopic: 200, MaxBytes: budget})
+	payload := []byte(strings.Repeat("x", 2000))
+	const topics, each = 300, 50
+	for i := range topics {
+		for range each {
+			require.NoError(t, b.Publish(fmt.Sprintf("room-%d", i), payload))
+		}
+		_, _, bytes := b.MemoryStats()
+		require.LessOrEqual(t, bytes, int64(budget))
+	}
+	ntopics, records, bytes := b.MemoryStats()
+	t.Logf("%d topics × %d messages of %d bytes into a %d-byte budget: %d topics, %d records, %d bytes counted",
+		topics, each, len(payload), budget, ntopics, records, bytes)
+	require.Greater(t, bytes, int64(budget*9/10), "the budget is used")
+	require.Less(t, ntopics, topics/10, "the oldest topics are forgotten")
+	// The newest messages are the ones kept.
+	var got []uint64
+	require.NoError(t, b.History(context.Background(), fmt.Sprintf("room-%d", topics-1), 0, func(r hub.Record) error {
+		got = append(got, r.Seq)
+		return nil
+	}))
+	require.Len(t, got, each)
+	require.Equal(t, uint64(topics*each), got[len(got)-1])
+	// What the history holds on the heap: the heap with it, less the heap
+	// without it.
+	var with, without runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&with)
+	runtime.KeepAlive(b)
+	b = nil
+	runtime.GC()
+	runtime.ReadMemStats(&without)
+	held := int64(with.HeapAlloc) - int64(without.HeapAlloc)
+	t.Logf("the history holds %d bytes of heap (%.2f× the budget)", held, float64(held)/budget)
+	require.Less(t, held, int64(budget*11/10), "the heap follows the budget")
+
+	aged := hub.NewMemoryHistory(&hub.MemoryHistoryOptions{MaxAge: 50 * time.Millisecond})
+	require.NoError(t, aged.Publish("gone", payload))
+	waitFor(t, "the message past MaxAge to go", 5*time.Second, func() bool {
+		require.NoError(t, aged.Publish("tick", nil))
+		n := 0
+		require.NoError(t, aged.History(context.Background(), "gone", 0, func(hub.Record) error { n++; return nil }))
+		topics, _, _ := aged.MemoryStats()
+		return n == 0 && topics == 1
 	})
 }

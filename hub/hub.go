@@ -128,9 +128,11 @@ type receiver struct {
 type topicSet struct {
 	conns map[*gust.Conn]member
 	// last is, with a HistoryBroker, the sequence of the last message
-	// delivered, set only by the Broker's handler goroutine: a message
-	// whose Prev is past it tells of messages this process missed.
-	last atomic.Uint64
+	// delivered, of lastEpoch, set only by the Broker's handler goroutine:
+	// a message whose Prev is past it tells of messages this process
+	// missed.
+	last      atomic.Uint64
+	lastEpoch string
 }
 
 // member is a subscriber's state in a topic.
@@ -142,6 +144,10 @@ type member struct {
 	// that comes afterwards (the Broker brought it late, or the Hub
 	// repairs it) is not sent again.
 	floor uint64
+	// epoch is the history's epoch its recovery ended in: a message of
+	// another (the history started over) is preceded by a NoticeGap with
+	// Reset. Empty for a subscriber that did not recover.
+	epoch string
 }
 
 // Stats are a Hub's counters, from its start.
@@ -399,7 +405,7 @@ func (h *Hub) publish(topic string, all bool, except *gust.Conn, op gust.Opcode,
 	if err != nil {
 		return err
 	}
-	h.deliver(topic, all, except, pm, 0)
+	h.deliver(topic, all, except, pm, numbered{})
 	if h.broker != nil {
 		if err := h.broker.Publish(topic, h.envelope(all, op, p, 0)); err != nil {
 			return fmt.Errorf("gust: hub: publishing to the broker: %w", err)
@@ -411,19 +417,21 @@ func (h *Hub) publish(topic string, all bool, except *gust.Conn, op gust.Opcode,
 // deliver queues pm in the outbox of each local receiver but except (nil
 // excepts none), and counts what the outboxes refused. A connection that
 // has closed, or that its outbox closed as slow, leaves the Hub. With a
-// HistoryBroker, seq is pm's topic sequence, a receiver still recovering
-// the topic gets pm after its recovery, and one whose recovery sent pm
-// does not get it again.
+// HistoryBroker, at is pm's place in the topic's history: a receiver still
+// recovering the topic gets pm after its recovery, one whose recovery sent
+// pm does not get it again, and one whose recovery ended in another epoch
+// is told to start over first.
 //
 // The receivers are copied out first, and queued to without h.mu held: a
 // full outbox may call the done function of a message it discards on this
 // goroutine, and that function may well call the Hub.
-func (h *Hub) deliver(topic string, all bool, except *gust.Conn, pm *gust.PreparedMessage, seq uint64) {
+func (h *Hub) deliver(topic string, all bool, except *gust.Conn, pm *gust.PreparedMessage, at numbered) {
 	lp, _ := h.lists.Get().(*[]*gust.Conn)
 	if lp == nil {
 		lp = new([]*gust.Conn)
 	}
 	to := (*lp)[:0]
+	var anew []*gust.Conn // receivers of another epoch
 	h.mu.RLock()
 	if all {
 		for c := range h.conns {
@@ -434,8 +442,10 @@ func (h *Hub) deliver(topic string, all bool, except *gust.Conn, pm *gust.Prepar
 			switch {
 			case c == except:
 			case m.rp != nil:
-				m.rp.later(seq, pm)
-			case seq != 0 && seq <= m.floor: // its recovery sent it
+				m.rp.later(at.epoch, at.seq, pm)
+			case m.epoch != at.epoch && m.epoch != "":
+				anew = append(anew, c)
+			case at.seq != 0 && at.seq <= m.floor: // its recovery sent it
 			default:
 				to = append(to, c)
 			}
@@ -443,6 +453,9 @@ func (h *Hub) deliver(topic string, all bool, except *gust.Conn, pm *gust.Prepar
 	}
 	done := h.done
 	h.mu.RUnlock()
+	if anew != nil {
+		to = h.startOver(topic, anew, at.epoch, to)
+	}
 
 	// Counted before queueing: a writer may be done with a message before
 	// the loop is.
@@ -462,6 +475,26 @@ func (h *Hub) deliver(topic string, all bool, except *gust.Conn, pm *gust.Prepar
 	for _, c := range t.gone {
 		h.Remove(c)
 	}
+}
+
+// startOver tells the receivers cs of topic that its history started over
+// in epoch, which is theirs from now on, and appends those still live
+// receivers of the topic to to.
+func (h *Hub) startOver(topic string, cs []*gust.Conn, epoch string, to []*gust.Conn) []*gust.Conn {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	set := h.topics[topic]
+	if set == nil {
+		return to
+	}
+	for _, c := range cs {
+		if m, ok := set.conns[c]; ok && m.rp == nil && m.epoch != epoch {
+			set.conns[c] = member{epoch: epoch}
+			h.queueNotice(c, Notice{Kind: NoticeGap, Topic: topic, Epoch: epoch, Reset: true})
+			to = append(to, c)
+		}
+	}
+	return to
 }
 
 // tally counts the outcomes of one delivery.
@@ -634,5 +667,5 @@ func (h *Hub) fromBroker(topic string, msg []byte) {
 		h.log().Warn("gust: hub: ignoring a broker message", "topic", topic, "err", err)
 		return
 	}
-	h.deliver(topic, env.all, nil, pm, 0)
+	h.deliver(topic, env.all, nil, pm, numbered{})
 }

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,12 +37,18 @@ type hubServer struct {
 
 type hubHandler struct {
 	gust.BuiltinEventHandler
-	s        *hubServer
-	autoJoin string // topic every connection joins in OnOpen
+	s         *hubServer
+	autoJoin  string        // topic every connection joins in OnOpen
+	autoSince *hub.Position // if set, it joins with SubscribeSince
 }
 
 func (h hubHandler) OnOpen(c *gust.Conn) {
-	if h.autoJoin != "" {
+	switch {
+	case h.autoJoin != "" && h.autoSince != nil:
+		if err := h.s.hub.SubscribeSince(c, h.autoJoin, *h.autoSince); err != nil {
+			panic(err)
+		}
+	case h.autoJoin != "":
 		if err := h.s.hub.Subscribe(c, h.autoJoin); err != nil {
 			panic(err)
 		}
@@ -61,10 +66,14 @@ func (h hubHandler) OnMessage(c *gust.Conn, m *gust.Message) {
 		}
 	case "leave":
 		h.s.hub.Unsubscribe(c, topic)
-	case "since": // since:T:N, SubscribeSince(T, N)
-		topic, n, _ := strings.Cut(topic, ":")
-		seq, _ := strconv.ParseUint(n, 10, 64)
-		if err := h.s.hub.SubscribeSince(c, topic, seq); err != nil {
+	case "since": // since:T:EPOCH:N, SubscribeSince(T, {EPOCH, N})
+		topic, at, _ := strings.Cut(topic, ":")
+		pos, err := hub.ParsePosition(at)
+		if err != nil {
+			c.WriteString("error:" + err.Error())
+			return
+		}
+		if err := h.s.hub.SubscribeSince(c, topic, pos); err != nil {
 			c.WriteString("error:" + err.Error())
 			return
 		}
@@ -88,17 +97,18 @@ func (h hubHandler) OnClose(c *gust.Conn, err error) {
 }
 
 type serverConfig struct {
-	hub      *hub.Hub
-	wrap     bool
-	autoJoin string
-	opts     *gust.Options
-	sndbuf   int
+	hub       *hub.Hub
+	wrap      bool
+	autoJoin  string
+	autoSince *hub.Position
+	opts      *gust.Options
+	sndbuf    int
 }
 
 func startHubServer(t *testing.T, cfg serverConfig) *hubServer {
 	t.Helper()
 	s := &hubServer{hub: cfg.hub, closed: make(map[string]error), done: make(chan string, 1024)}
-	var h gust.Event = hubHandler{s: s, autoJoin: cfg.autoJoin}
+	var h gust.Event = hubHandler{s: s, autoJoin: cfg.autoJoin, autoSince: cfg.autoSince}
 	if cfg.wrap {
 		h = cfg.hub.Wrap(h)
 	}

@@ -398,3 +398,20 @@ func (ch *chat) closeAll(code gust.StatusCode, reason string, rooms ...string) {
 		c.Close(code, reason)
 	}
 }
+
+// Names and rooms are printable text, bounded: what a client sends cannot
+// carry control or format characters (NUL, U+202E) into other pages.
+func TestCleanNames(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"  bob  ", "bob"},
+		{"a\x00b", "ab"},
+		{"evil\u202etxt.exe", "eviltxt.exe"},
+		{"two\nlines\tand tabs", "two lines and tabs"},
+		{"\xff\xfe", "lobby"},
+		{"", "lobby"},
+		{strings.Repeat("é", 40), strings.Repeat("é", 32)},
+	} {
+		require.Equal(t, tc.want, clean(tc.in, maxRoom, "lobby"), "%q", tc.in)
+	}
+	require.Len(t, clean(strings.Repeat("x", 100), maxName, ""), maxName)
+}

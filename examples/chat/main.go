@@ -15,18 +15,26 @@
 // a member who stops reading cannot slow the others (its outbox overflows
 // and the connection is closed with 1008: gust.OutboxCloseSlow).
 //
-// The Hub keeps each room's last messages (-history, 1,000 by default): in
-// memory on one server, in NATS JetStream with -nats, where every instance
-// sees the same rooms, members and history, so the page may reconnect to
-// any of them. Every message the Hub sends is numbered within its room; the
-// page remembers the last number it saw and sends it as since when it
-// reconnects, and the server sends what it missed first (hub.Hub.SubscribeSince):
+// The Hub keeps each room's last messages (-history, 1,000 by default, and
+// 64 MiB for all rooms together): in memory on one server, in NATS
+// JetStream with -nats, where every instance sees the same rooms, members
+// and history, so the page may reconnect to any of them. Every message the
+// Hub sends is numbered within its room, in the history's epoch; the page
+// keeps the epoch and the last number it saw and sends them as
+// since=EPOCH:SEQ when it reconnects, and the server sends what it missed
+// first (hub.Hub.SubscribeSince):
 //
 //	{"topic":"lobby","seq":41,"data":{"type":"message","name":"bob","text":"hi","time":...}}
-//	{"topic":"lobby","gap":12}          messages after 12 are no longer kept: some are missing
-//	{"topic":"lobby","recovered":41}    what was missed has come; what follows is live
+//	{"topic":"lobby","gap":12,"epoch":"k3x9"}              messages after 12 are no longer kept
+//	{"topic":"lobby","gap":0,"epoch":"k3x9","reset":true}  the history started over: drop what you show
+//	{"topic":"lobby","recovered":41,"epoch":"k3x9"}        caught up; what follows is live
 //
-// since=0 (a first visit) gets the room's kept messages. Who is in the room
+// since=0 (a first visit) gets the room's kept messages. A reset comes when
+// the history is not the one the page's position was of (the server
+// restarted with its history in memory, NATS lost its store) or the
+// position is past its end: the page clears its log and shows what follows.
+// Room names are at most 64 bytes of printable text, names 32; a connection
+// is in one room. Who is in the room
 // is presence (hub.Presence, across instances with -nats), sent straight to
 // the page, not numbered: {"type":"welcome","room","name","members"} on
 // connecting, then {"type":"join"|"leave","room","name"} as members come and
@@ -47,10 +55,10 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
@@ -65,6 +73,7 @@ var static embed.FS
 
 const (
 	maxName = 32
+	maxRoom = 64
 	maxText = 2000
 )
 
@@ -108,7 +117,7 @@ func newChat(h *hub.Hub, p hub.Presence, netpoll bool) *chat {
 
 // newLocalChat is a chat on one server: history and presence in memory.
 func newLocalChat(history int, netpoll bool) *chat {
-	h, err := hub.New(&hub.Options{Broker: hub.NewMemoryHistory(history)})
+	h, err := hub.New(&hub.Options{Broker: hub.NewMemoryHistory(&hub.MemoryHistoryOptions{MaxPerTopic: history})})
 	if err != nil {
 		panic(err) // a MemoryHistory never fails
 	}
@@ -156,11 +165,11 @@ func (ch *chat) handler() http.Handler {
 	// with the handler), and leaving the room is OnClose's, never code
 	// after ReadLoop.
 	mux.HandleFunc("GET /ws", func(w http.ResponseWriter, r *http.Request) {
-		name := clean(r.URL.Query().Get("name"), "anonymous")
-		room := clean(r.URL.Query().Get("room"), "lobby")
-		since, err := strconv.ParseUint(r.URL.Query().Get("since"), 10, 64)
+		name := clean(r.URL.Query().Get("name"), maxName, "anonymous")
+		room := clean(r.URL.Query().Get("room"), maxRoom, "lobby")
+		since, err := hub.ParsePosition(r.URL.Query().Get("since"))
 		if err != nil {
-			since = 0 // absent or not a number: a first visit
+			since = hub.Position{} // not a position: a first visit
 		}
 		c, err := ch.upgrader.Upgrade(w, r)
 		if err != nil {
@@ -174,11 +183,19 @@ func (ch *chat) handler() http.Handler {
 	return mux
 }
 
-// clean trims s to a short single line, or returns def when nothing is left.
-func clean(s, def string) string {
+// clean makes s a single line of printable text of at most max bytes
+// (no control or format characters: no NUL, no right-to-left override),
+// or returns def when nothing is left.
+func clean(s string, max int, def string) string {
+	s = strings.Map(func(r rune) rune {
+		if r == utf8.RuneError || !unicode.IsPrint(r) && !unicode.IsSpace(r) {
+			return -1
+		}
+		return r
+	}, s)
 	s = strings.Join(strings.Fields(s), " ")
-	for len(s) > maxName || !utf8.ValidString(s) {
-		s = strings.ToValidUTF8(s[:min(len(s), maxName)], "")
+	for len(s) > max {
+		s = strings.ToValidUTF8(s[:max], "")
 	}
 	if s == "" {
 		return def
@@ -216,7 +233,7 @@ func (ch *chat) OnOpen(c *gust.Conn) {
 		c.Set("stop", stop)
 	}
 	ch.send(c, event{Type: "welcome", Room: room, Name: name, Members: ch.presence.Members(nil, room)})
-	if err := ch.hub.SubscribeSince(c, room, since.(uint64)); err != nil {
+	if err := ch.hub.SubscribeSince(c, room, since.(hub.Position)); err != nil {
 		log.Printf("chat: subscribe %v: %v", c.RemoteAddr(), err)
 	}
 }

@@ -91,6 +91,49 @@ func TestChatRecoversInChromium(t *testing.T) {
 	t.Logf("screenshot of alice's page after the recovery: %s\n%s", path, log)
 }
 
+// TestChatStartsOverInChromium restarts a chat whose history is in memory:
+// the history the pages kept a place in is gone, and its numbers start
+// again at 1. Each page reconnects with its old position, is told to start
+// over (a new epoch), clears its log, and shows every message that
+// follows — none muted because its number is below the one it had.
+func TestChatStartsOverInChromium(t *testing.T) {
+	chromium, driver := browser(t, "the chat's restart")
+	bin := filepath.Join(t.TempDir(), "chat")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	require.NoError(t, err, "building the chat: %s", out)
+	a := startInstance(t, bin, freeAddr(t), "")
+
+	wd := startDriver(t, driver)
+	alice := wd.newSession(t, chromium)
+	bob := wd.newSession(t, chromium)
+	alice.open(t, "http://"+a.addr+"/")
+	alice.join(t, "alice", "lobby")
+	bob.open(t, "http://"+a.addr+"/")
+	bob.join(t, "bob", "lobby")
+	alice.waitText(t, "#members", "alice\nbob")
+	for _, said := range []string{"before 1", "before 2", "before 3"} {
+		bob.say(t, said)
+	}
+	alice.waitText(t, "#log", "bob: before 3")
+
+	a.kill(t)
+	alice.waitState(t, "reconnecting")
+	a.start(t)
+	alice.waitFor(t, "the page to start over", func() bool { return alice.data(t, "resets") == "1" })
+	bob.waitFor(t, "the page to start over", func() bool { return bob.data(t, "resets") == "1" })
+	alice.waitState(t, "connected")
+	bob.waitState(t, "connected")
+	require.NotContains(t, alice.text(t, "#log"), "before", "the old history is cleared")
+	bob.say(t, "after")
+	alice.waitText(t, "#log", "bob: after")
+	alice.say(t, "back")
+	bob.waitText(t, "#log", "alice: back")
+	log := alice.text(t, "#log")
+	require.Contains(t, log, "the room's history started over")
+	require.NotContains(t, log, "before")
+	t.Logf("alice's log after the restart:\n%s", log)
+}
+
 // data is a data- attribute of the page's status element.
 func (s *session) data(t *testing.T, name string) string {
 	t.Helper()
@@ -137,7 +180,11 @@ func startInstance(t *testing.T, bin, addr, natsURL string) *instance {
 func (in *instance) start(t *testing.T) {
 	t.Helper()
 	in.mu.Lock()
-	cmd := exec.Command(in.bin, "-addr", in.addr, "-nats", in.nats)
+	args := []string{"-addr", in.addr}
+	if in.nats != "" {
+		args = append(args, "-nats", in.nats)
+	}
+	cmd := exec.Command(in.bin, args...)
 	cmd.Stdout, cmd.Stderr = &in.logs, &in.logs
 	require.NoError(t, cmd.Start())
 	in.cmd = cmd
