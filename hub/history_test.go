@@ -30,8 +30,8 @@ import (
 type memHistory struct {
 	keep  int
 	epoch string
-	gate chan struct{} // when not nil, History waits for it to close
-	held []hub.Record  // the "late" ones, guarded by deliver
+	gate  chan struct{} // when not nil, History waits for it to close
+	held  []hub.Record  // the "late" ones, guarded by deliver
 
 	deliver  sync.Mutex // held while handlers run: one at a time, in order
 	mu       sync.Mutex
@@ -294,7 +294,7 @@ func TestHubSubscribeSinceMeetsLiveMessages(t *testing.T) {
 
 	c := dialHub(t, s.url, 0, false, true)
 	c.send(t, "since:room:e1:1") // waits at the gate
-	say(t, hb, "room", "c")   // stored (so in the history) and live
+	say(t, hb, "room", "c")      // stored (so in the history) and live
 	say(t, hb, "room", "d")
 	time.Sleep(20 * time.Millisecond)
 	require.Empty(t, says(t, c))
