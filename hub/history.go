@@ -303,6 +303,7 @@ func (h *Hub) SubscribeSince(c *gust.Conn, topic string, since Position) error {
 	if err != nil || !added {
 		return err
 	}
+	h.recoveries.Add(1)
 	h.hist.wg.Add(1)
 	go h.recover(c, topic, since, rp)
 	return nil
@@ -409,6 +410,7 @@ type feed struct {
 }
 
 func (fd *feed) notice(n Notice) error {
+	fd.h.countNotice(n)
 	pm, err := fd.h.hist.prepare(n)
 	if err != nil {
 		return nil // a Frame that makes an invalid message: nothing sent
@@ -510,8 +512,19 @@ func (h *Hub) queue(c *gust.Conn, pm *gust.PreparedMessage) {
 }
 
 func (h *Hub) queueNotice(c *gust.Conn, n Notice) {
+	h.countNotice(n)
 	if pm, err := h.hist.prepare(n); err == nil {
 		h.queue(c, pm)
+	}
+}
+
+// countNotice counts the gaps and resets in Stats.
+func (h *Hub) countNotice(n Notice) {
+	if n.Kind == NoticeGap {
+		h.gaps.Add(1)
+		if n.Reset {
+			h.resets.Add(1)
+		}
 	}
 }
 

@@ -410,6 +410,7 @@ func TestMemoryHistory(t *testing.T) {
 	c.send(t, "since:room:"+b.Epoch()+":1")
 	waitSays(t, c, "room gap 1"+at, "room#3 c", "room#4 d", "room#5 e", "room recovered 5"+at)
 
+	require.Equal(t, hub.HistoryStats{Topics: 1, Records: 3, Bytes: b.Stats().Bytes}, h1.Stats().History)
 	require.NoError(t, h2.Close()) // unsubscribes: h1 still gets its messages
 	say(t, h1, "room", "f")
 	waitSays(t, c, "room gap 1"+at, "room#3 c", "room#4 d", "room#5 e", "room recovered 5"+at, "room#6 f")
@@ -513,6 +514,8 @@ func TestHubSubscribeSinceStartsOverNeverMutes(t *testing.T) {
 	c := dialHub(t, s.url, 0, false, true)
 	c.send(t, "since:room:e1:2")
 	waitSays(t, c, "room#3 c", "room#4 d", "room recovered 4")
+	st := hb.Stats()
+	require.Equal(t, [3]uint64{6, 5, 5}, [3]uint64{st.Recoveries, st.Gaps, st.Resets}, "recoveries, gaps, resets")
 }
 
 // When the history starts over (the broker lost its store), a live member
@@ -594,14 +597,12 @@ func TestMemoryHistoryBudget(t *testing.T) {
 		for range each {
 			require.NoError(t, b.Publish(fmt.Sprintf("room-%d", i), payload))
 		}
-		_, _, bytes := b.MemoryStats()
-		require.LessOrEqual(t, bytes, int64(budget))
+		require.LessOrEqual(t, b.Stats().Bytes, int64(budget))
 	}
-	ntopics, records, bytes := b.MemoryStats()
-	t.Logf("%d topics × %d messages of %d bytes into a %d-byte budget: %d topics, %d records, %d bytes counted",
-		topics, each, len(payload), budget, ntopics, records, bytes)
-	require.Greater(t, bytes, int64(budget*9/10), "the budget is used")
-	require.Less(t, ntopics, topics/10, "the oldest topics are forgotten")
+	st := b.Stats()
+	t.Logf("%d topics × %d messages of %d bytes into a %d-byte budget: %+v", topics, each, len(payload), budget, st)
+	require.Greater(t, st.Bytes, int64(budget*9/10), "the budget is used")
+	require.Less(t, st.Topics, topics/10, "the oldest topics are forgotten")
 	// The newest messages are the ones kept.
 	var got []uint64
 	require.NoError(t, b.History(context.Background(), fmt.Sprintf("room-%d", topics-1), 0, func(r hub.Record) error {
@@ -629,7 +630,6 @@ func TestMemoryHistoryBudget(t *testing.T) {
 		require.NoError(t, aged.Publish("tick", nil))
 		n := 0
 		require.NoError(t, aged.History(context.Background(), "gone", 0, func(hub.Record) error { n++; return nil }))
-		topics, _, _ := aged.MemoryStats()
-		return n == 0 && topics == 1
+		return n == 0 && aged.Stats().Topics == 1
 	})
 }

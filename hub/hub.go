@@ -114,6 +114,9 @@ type Hub struct {
 	dropped    atomic.Uint64
 	closedSlow atomic.Uint64
 	pending    atomic.Int64
+	recoveries atomic.Uint64
+	gaps       atomic.Uint64
+	resets     atomic.Uint64
 }
 
 // receiver is what the Hub knows of a connection it holds; guarded by
@@ -172,6 +175,23 @@ type Stats struct {
 	Connections int
 	// Topics is the number of topics with at least one subscriber.
 	Topics int
+	// Recoveries counts SubscribeSince recoveries started.
+	Recoveries uint64
+	// Gaps counts the NoticeGap a connection was sent (some messages it
+	// asked for no longer kept, or a reset); Resets, those of them with
+	// Reset (its position of another epoch or past the history's end, or
+	// the history started over under it).
+	Gaps, Resets uint64
+	// History is what the HistoryBroker keeps, when it reports it (as
+	// MemoryHistory does); zero otherwise.
+	History HistoryStats
+}
+
+// HistoryStats is what a history keeps: the topics with messages, the
+// messages, and the bytes they count for (MemoryHistoryOptions.MaxBytes).
+type HistoryStats struct {
+	Topics, Records int
+	Bytes           int64
 }
 
 // New returns a Hub; a nil opts means the defaults, and New(nil) is the
@@ -582,14 +602,23 @@ func (h *Hub) Stats() Stats {
 	h.mu.RLock()
 	conns, topics := len(h.conns), len(h.topics)
 	h.mu.RUnlock()
-	return Stats{
+	st := Stats{
 		Delivered:   h.delivered.Load(),
 		Dropped:     h.dropped.Load(),
 		ClosedSlow:  h.closedSlow.Load(),
 		Pending:     h.pending.Load(),
 		Connections: conns,
 		Topics:      topics,
+		Recoveries:  h.recoveries.Load(),
+		Gaps:        h.gaps.Load(),
+		Resets:      h.resets.Load(),
 	}
+	if h.hist != nil {
+		if hs, ok := h.hist.broker.(interface{ Stats() HistoryStats }); ok {
+			st.History = hs.Stats()
+		}
+	}
+	return st
 }
 
 // Close unsubscribes from the Broker and removes every connection from the

@@ -287,11 +287,11 @@ func (b *MemoryHistory) batch(dst []Record, topic string, since uint64, oldest i
 	return dst
 }
 
-// memoryStats is what a MemoryHistory holds, for the tests.
-func (b *MemoryHistory) memoryStats() (topics, records int, bytes int64) {
+// Stats returns what b keeps now (Hub.Stats reports it too).
+func (b *MemoryHistory) Stats() HistoryStats {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
-	return len(b.topics), b.kept, b.bytes
+	return HistoryStats{Topics: len(b.topics), Records: b.kept, Bytes: b.bytes}
 }
 
 type memoryInterest struct {

@@ -140,6 +140,23 @@ func (p *LocalPresence) Leave(topic, member string) error {
 	return nil
 }
 
+// PresenceStats counts a Presence's topics with members and its members,
+// each counted once per topic.
+type PresenceStats struct {
+	Topics, Members int
+}
+
+// Stats returns p's counts now.
+func (p *LocalPresence) Stats() PresenceStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := PresenceStats{Topics: len(p.topics)}
+	for _, t := range p.topics {
+		st.Members += len(t.members)
+	}
+	return st
+}
+
 // Members appends topic's members, sorted, to dst.
 func (p *LocalPresence) Members(dst []string, topic string) []string {
 	p.mu.Lock()

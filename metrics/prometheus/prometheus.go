@@ -37,6 +37,10 @@
 //	                                          left in goroutine mode; "blocked", a connection
 //	                                          that held its event loop past 100 ms
 //
+// A Hub's own counters (delivered, dropped, pending, recoveries, gaps, what
+// its history and presence hold) come from a second collector, [NewHub],
+// read at each scrape: see [HubCollector] for its metrics.
+//
 // To count two sets of connections apart in one registry (a server's and a
 // client's), give each Collector a registerer wrapped with the same label
 // name and a value of its own, since Prometheus wants every series of a
