@@ -56,6 +56,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 	"unicode"
@@ -213,26 +214,45 @@ func (ch *chat) OnOpen(c *gust.Conn) {
 	name, room := who(c)
 	since, _ := c.Get("since")
 	// Join, then watch, then list: a change between the last two shows in
-	// both, which the page takes as set operations.
+	// both, which the page takes as set operations. The welcome and the
+	// events go through the outbox, in that order: an event that comes
+	// before the welcome is queued waits for it, so that the page never
+	// replaces its list with a snapshot older than an event it applied.
 	if err := ch.presence.Join(room, name); err != nil {
 		log.Printf("chat: join %q: %v", room, err)
 	}
+	var mu sync.Mutex
+	var early []event // events before the welcome; nil once it is queued
+	welcomed := false
 	stop, err := ch.presence.Watch(room, func(e hub.PresenceEvent) {
 		if e.Member == name {
 			return // one's own other tabs
 		}
-		typ := "leave"
+		ev := event{Type: "leave", Room: room, Name: e.Member}
 		if e.Joined {
-			typ = "join"
+			ev.Type = "join"
 		}
-		ch.sendAsync(c, event{Type: typ, Room: room, Name: e.Member})
+		mu.Lock()
+		defer mu.Unlock()
+		if !welcomed {
+			early = append(early, ev)
+			return
+		}
+		ch.sendAsync(c, ev)
 	})
 	if err != nil {
 		log.Printf("chat: watch %q: %v", room, err)
 	} else {
 		c.Set("stop", stop)
 	}
-	ch.send(c, event{Type: "welcome", Room: room, Name: name, Members: ch.presence.Members(nil, room)})
+	members := ch.presence.Members(nil, room)
+	mu.Lock()
+	ch.sendAsync(c, event{Type: "welcome", Room: room, Name: name, Members: members})
+	for _, ev := range early {
+		ch.sendAsync(c, ev)
+	}
+	early, welcomed = nil, true
+	mu.Unlock()
 	if err := ch.hub.SubscribeSince(c, room, since.(hub.Position)); err != nil {
 		log.Printf("chat: subscribe %v: %v", c.RemoteAddr(), err)
 	}
@@ -276,16 +296,9 @@ func (ch *chat) publish(e event) {
 	}
 }
 
-func (ch *chat) send(c *gust.Conn, e event) {
-	e.Time = time.Now().UnixMilli()
-	b, _ := json.Marshal(e)
-	if err := c.WriteMessage(gust.OpText, b); err != nil {
-		log.Printf("chat: write to %v: %v", c.RemoteAddr(), err)
-	}
-}
-
 // sendAsync queues e in c's outbox: presence events come on the
-// Presence's goroutine, which must not wait for a slow member.
+// Presence's goroutine, which must not wait for a slow member, and stay in
+// order with the welcome.
 func (ch *chat) sendAsync(c *gust.Conn, e event) {
 	e.Time = time.Now().UnixMilli()
 	b, _ := json.Marshal(e)
