@@ -35,8 +35,14 @@
 // [NewHistory] makes a [HistoryBroker] instead: a JetStream stream numbers
 // and keeps each topic's messages, so that a client that reconnects to any
 // instance gets what it missed (hub.Hub.SubscribeSince), and an instance
-// whose NATS connection broke fetches what it did not receive. README.md
-// has the cost model, each failure and the knobs of all three parts.
+// whose NATS connection broke fetches what it did not receive. A position
+// in the history is the stream's epoch ([HistoryBroker.Epoch], its
+// creation time) and a sequence: when the NATS server loses the stream,
+// the instances make it again, with a new epoch, and a client that kept a
+// position of the old one is told to start over.
+// [HistoryBroker.PublishAsync] never waits for NATS: it queues, and reports
+// later. README.md has the cost model, each failure and the knobs of all
+// three parts.
 //
 // # When the NATS server goes away
 //
@@ -149,19 +155,33 @@ var allToken = encodeTopic("")
 // for the server. nats.go subscribes again to every subject when it
 // reconnects, and Add and Remove may be called while it is disconnected.
 func (b *Broker) SubscribeInterest(handler func(topic string, msg []byte)) (hub.Interest, error) {
-	return subscribeInterest(b.nc, b.prefix, func(topic string, m *nats.Msg) { handler(topic, m.Data) })
+	return subscribeInterest(b.nc, b.prefix, func(topic string, m *nats.Msg) { handler(topic, m.Data) }, nil)
 }
 
-// subscribeInterest subscribes to prefix+"~" and returns the Interest that
-// subscribes to prefix+<topic> for each topic it adds, calling handle with
-// each message and its topic from a goroutine of its own.
-func subscribeInterest(nc *nats.Conn, prefix string, handle func(topic string, m *nats.Msg)) (*interest, error) {
-	in := &interest{nc: nc, prefix: prefix, ch: make(chan *nats.Msg, queueSize), done: make(chan struct{}), subs: make(map[string]*nats.Subscription)}
+// aside is a subject outside the topics' whose messages an interest takes
+// in its queue, in order with the topics', and hands to f.
+type aside struct {
+	subject string
+	f       func(m *nats.Msg)
+}
+
+// subscribeInterest subscribes to prefix+"~" (and to aside's subject when
+// not nil) and returns the Interest that subscribes to prefix+<topic> for
+// each topic it adds, calling handle with each message and its topic from a
+// goroutine of its own.
+func subscribeInterest(nc *nats.Conn, prefix string, handle func(topic string, m *nats.Msg), aside *aside) (*interest, error) {
+	in := &interest{nc: nc, prefix: prefix, aside: aside, ch: make(chan *nats.Msg, queueSize), done: make(chan struct{}), subs: make(map[string]*nats.Subscription)}
 	all, err := nc.ChanSubscribe(prefix+allToken, in.ch)
 	if err != nil {
 		return nil, err
 	}
 	in.subs[allToken] = all
+	if aside != nil {
+		if in.asideSub, err = nc.ChanSubscribe(aside.subject, in.ch); err != nil {
+			all.Unsubscribe()
+			return nil, err
+		}
+	}
 	go in.run(handle)
 	nc.FlushTimeout(5 * time.Second)
 	return in, nil
@@ -170,10 +190,13 @@ func subscribeInterest(nc *nats.Conn, prefix string, handle func(topic string, m
 // interest is a SubscribeInterest subscription: its NATS subscriptions by
 // subject token, all feeding ch, which run drains until done closes.
 type interest struct {
-	nc     *nats.Conn
-	prefix string
-	ch     chan *nats.Msg
-	done   chan struct{}
+	nc       *nats.Conn
+	prefix   string
+	aside    *aside
+	asideSub *nats.Subscription
+	onClose  func() // called by Unsubscribe, when not nil
+	ch       chan *nats.Msg
+	done     chan struct{}
 
 	mu     sync.Mutex
 	subs   map[string]*nats.Subscription
@@ -191,7 +214,14 @@ func (in *interest) run(handle func(topic string, m *nats.Msg)) {
 				return
 			default:
 			}
-			if topic, ok := decodeTopic(strings.TrimPrefix(m.Subject, in.prefix)); ok {
+			rest, ok := strings.CutPrefix(m.Subject, in.prefix)
+			if !ok {
+				if in.aside != nil && m.Subject == in.aside.subject {
+					in.aside.f(m)
+				}
+				continue
+			}
+			if topic, ok := decodeTopic(rest); ok {
 				handle(topic, m)
 			}
 		}
@@ -244,6 +274,12 @@ func (in *interest) Unsubscribe() {
 		sub.Unsubscribe()
 	}
 	clear(in.subs)
+	if in.asideSub != nil {
+		in.asideSub.Unsubscribe()
+	}
+	if in.onClose != nil {
+		in.onClose()
+	}
 	close(in.done)
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -75,6 +74,7 @@ func (d *gatedDialer) open() {
 type machine struct {
 	name         string
 	nc           *nats.Conn
+	broker       hub.Broker
 	hub          *hub.Hub
 	url          string
 	dialer       *gatedDialer
@@ -85,7 +85,8 @@ type machine struct {
 type joinRoom struct {
 	gust.BuiltinEventHandler
 	hub    *hub.Hub
-	noRoom bool // connections join no topic when they open
+	noRoom bool          // connections join no topic when they open
+	epoch  func() string // the history's epoch, for since:T:N
 }
 
 func (j joinRoom) OnOpen(c *gust.Conn) {
@@ -108,10 +109,16 @@ func (j joinRoom) OnMessage(c *gust.Conn, m *gust.Message) {
 		}
 	case "leave":
 		j.hub.Unsubscribe(c, topic)
-	case "since": // since:T:N
-		topic, n, _ := strings.Cut(topic, ":")
-		seq, _ := strconv.ParseUint(n, 10, 64)
-		if err := j.hub.SubscribeSince(c, topic, seq); err != nil {
+	case "since": // since:T:N (N of the history's epoch as it is now), since:T:EPOCH:N
+		topic, at, _ := strings.Cut(topic, ":")
+		pos, err := hub.ParsePosition(at)
+		if err != nil {
+			panic(err)
+		}
+		if !strings.Contains(at, ":") {
+			pos.Epoch = j.epoch()
+		}
+		if err := j.hub.SubscribeSince(c, topic, pos); err != nil {
 			panic(err)
 		}
 	default:
@@ -144,6 +151,7 @@ func startMachineWith(t *testing.T, name, natsURL string, mk func(*nats.Conn) hu
 	t.Cleanup(nc.Close)
 	m.nc = nc
 	broker := mk(nc)
+	m.broker = broker
 	m.hub, err = hub.New(&hub.Options{Broker: broker})
 	require.NoError(t, err)
 	t.Cleanup(func() { m.hub.Close() })
@@ -154,7 +162,11 @@ func startMachineWith(t *testing.T, name, natsURL string, mk func(*nats.Conn) hu
 	// publisher is paced by nothing here, and NATS hands its messages over
 	// in bursts that the default 256 would answer with a close as slow.
 	wsOpts := gust.Options{OutboxSize: 8192, OutboxPolicy: gust.OutboxCloseSlow}
-	srv := &gust.Server{Upgrader: gust.Upgrader{Handler: m.hub.Wrap(joinRoom{hub: m.hub, noRoom: isHistory(broker)}), Options: wsOpts}}
+	j := joinRoom{hub: m.hub, epoch: func() string { return "" }}
+	if hb, ok := broker.(hub.HistoryBroker); ok {
+		j.noRoom, j.epoch = true, hb.Epoch
+	}
+	srv := &gust.Server{Upgrader: gust.Upgrader{Handler: m.hub.Wrap(j), Options: wsOpts}}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	m.url = "ws://" + ln.Addr().String() + "/"
@@ -394,9 +406,4 @@ func TestTopicSubjects(t *testing.T) {
 	}
 	_, ok := decodeTopic("~!!")
 	require.False(t, ok)
-}
-
-func isHistory(b hub.Broker) bool {
-	_, ok := b.(hub.HistoryBroker)
-	return ok
 }

@@ -19,7 +19,7 @@ import (
 
 // startJetStream runs a NATS server with JetStream in-process on
 // 127.0.0.1:port (0: any), storing in dir.
-func startJetStream(t *testing.T, port int, dir string) *server.Server {
+func startJetStream(t testing.TB, port int, dir string) *server.Server {
 	t.Helper()
 	if port == 0 {
 		port = server.RANDOM_PORT
@@ -47,7 +47,7 @@ func startHistoryMachine(t *testing.T, name, url string, opts *HistoryOptions, e
 }
 
 // says decodes what c received (hub.FrameJSON) as "T#seq text", "T gap N",
-// "T recovered N".
+// "T reset" (a gap that says to start over), "T recovered N".
 func (c *client) says(t *testing.T) []string {
 	t.Helper()
 	var out []string
@@ -57,10 +57,13 @@ func (c *client) says(t *testing.T) []string {
 			Seq       uint64
 			Data      json.RawMessage
 			Gap       *uint64
+			Reset     bool
 			Recovered *uint64
 		}
 		require.NoError(t, json.Unmarshal([]byte(s), &n), s)
 		switch {
+		case n.Gap != nil && n.Reset:
+			out = append(out, fmt.Sprintf("%s reset", n.Topic))
 		case n.Gap != nil:
 			out = append(out, fmt.Sprintf("%s gap %d", n.Topic, *n.Gap))
 		case n.Recovered != nil:
@@ -81,9 +84,13 @@ func waitSays(t *testing.T, c *client, want ...string) {
 	require.Equal(t, want, c.says(t))
 }
 
+// publish publishes on m's Hub, and waits until the stream has stored the
+// message (Hub.Publish hands it to the broker and returns).
 func publish(t *testing.T, m *machine, topic, text string) {
 	t.Helper()
 	require.NoError(t, m.hub.Publish(topic, gust.OpText, []byte(text)))
+	b := m.broker.(*HistoryBroker)
+	waitFor(t, "the stream to store "+text, func() bool { return b.queued.Load() == 0 })
 }
 
 // Two instances deliver a topic's messages, each instance's own included,
@@ -162,9 +169,10 @@ func TestHistoryRecoversManyBatches(t *testing.T) {
 	require.Equal(t, fmt.Sprintf("big recovered %d", n), got[n])
 }
 
-// A file-stored history survives a NATS server restart; Publish retries
-// across the outage; an instance that missed messages while its connection
-// was down fetches them when the next one tells of them.
+// A file-stored history survives a NATS server restart; a message handed
+// over during the outage is stored once the instance is back; an instance
+// that missed messages while its connection was down fetches them when the
+// next one tells of them.
 func TestHistoryAcrossNATSRestart(t *testing.T) {
 	dir := t.TempDir()
 	ns := startJetStream(t, 0, dir)
@@ -182,22 +190,16 @@ func TestHistoryAcrossNATSRestart(t *testing.T) {
 	wait(t, a.disconnected, "a to notice")
 	wait(t, b.disconnected, "b to notice")
 	a.dialer.close() // a stays away a while longer
-	published := make(chan error, 1)
-	go func() { published <- a.hub.Publish("room", gust.OpText, []byte("during")) }()
-	time.Sleep(200 * time.Millisecond)
+	// Hub.Publish hands the message over and returns: a's broker keeps it
+	// while a is away, and stores it once a is back.
+	require.NoError(t, a.hub.Publish("room", gust.OpText, []byte("during")))
 	startJetStream(t, port, dir) // the same port and store: the history is back
 	wait(t, b.reconnected, "b to reconnect")
 	publish(t, b, "room", "after restart") // a is still away: it misses this one live
 	a.dialer.open()
 	wait(t, a.reconnected, "a to reconnect")
-	select {
-	case err := <-published:
-		require.NoError(t, err, "Publish retried until the server was back")
-	case <-time.After(15 * time.Second):
-		t.Fatal("Publish did not return")
-	}
-	require.NoError(t, a.nc.Flush())
-	publish(t, b, "room", "last") // its Prev tells a of what it missed
+	waitSays(t, cb, "room#1 before", "room#2 after restart", "room#3 during")
+	publish(t, b, "room", "last")
 	waitSays(t, cb, "room#1 before", "room#2 after restart", "room#3 during", "room#4 last")
 	waitSays(t, ca, "room#1 before", "room#2 after restart", "room#3 during", "room#4 last")
 
@@ -243,4 +245,42 @@ func TestHistoryRecoveryBeforeRepair(t *testing.T) {
 	publish(t, a, "room", "four")
 	waitSays(t, cb, "room#1 one", "room#2 two", "room#3 three", "room#4 four")
 	waitSays(t, cn, "room#2 two", "room#3 three", "room recovered 3", "room#4 four")
+}
+
+// The NATS server comes back on an empty store while the instances run:
+// the stream is made again with a new epoch, the members of the room are
+// told to start over before the first message numbered anew, and a client
+// that kept a position of the old epoch is told so and gets the new
+// history.
+func TestHistoryHubAcrossEmptyStore(t *testing.T) {
+	ns := startJetStream(t, 0, t.TempDir())
+	port := ns.Addr().(*net.TCPAddr).Port
+	a := startHistoryMachine(t, "a", ns.ClientURL(), nil)
+	b := startHistoryMachine(t, "b", ns.ClientURL(), nil)
+	ca, cb := a.connect(t, 1)[0], b.connect(t, 1)[0]
+	ca.send(t, a, "since:room:0")
+	cb.send(t, b, "since:room:0")
+	waitSays(t, ca, "room recovered 0") // the recovery is over: what follows is live
+	waitSays(t, cb, "room recovered 0")
+	publish(t, a, "room", "one")
+	waitSays(t, ca, "room recovered 0", "room#1 one")
+	waitSays(t, cb, "room recovered 0", "room#1 one")
+	e1 := a.broker.(*HistoryBroker).Epoch()
+
+	ns.Shutdown()
+	ns.WaitForShutdown()
+	wait(t, a.disconnected, "a to notice")
+	wait(t, b.disconnected, "b to notice")
+	startJetStream(t, port, t.TempDir())
+	wait(t, a.reconnected, "a to reconnect")
+	wait(t, b.reconnected, "b to reconnect")
+	publish(t, a, "room", "two")
+	publish(t, b, "room", "three")
+	waitSays(t, ca, "room recovered 0", "room#1 one", "room reset", "room#1 two", "room#2 three")
+	waitSays(t, cb, "room recovered 0", "room#1 one", "room reset", "room#1 two", "room#2 three")
+	require.NotEqual(t, e1, b.broker.(*HistoryBroker).Epoch())
+
+	cn := b.connect(t, 1)[0]
+	cn.send(t, b, "since:room:"+e1+":1")
+	waitSays(t, cn, "room reset", "room#1 two", "room#2 three", "room recovered 2")
 }

@@ -42,6 +42,7 @@ type instanceStats struct {
 type subscriber struct {
 	gust.BuiltinEventHandler
 	hub        *hub.Hub
+	epoch      func() string // the history's epoch, for a since without one
 	open, peak atomic.Int64
 	subscribed atomic.Uint64
 }
@@ -71,7 +72,13 @@ func (s *subscriber) OnOpen(c *gust.Conn) {
 	}
 	topic, _ := c.Get(keyTopic)
 	since, _ := c.Get(keySince)
-	if err := s.hub.SubscribeSince(c, topic.(string), since.(uint64)); err != nil {
+	// The clients keep a sequence alone, of the history as it is now (the
+	// chaos phases do not make it start over).
+	pos := hub.Position{Epoch: s.epoch(), Seq: since.(uint64)}
+	if pos.Seq == 0 {
+		pos.Epoch = ""
+	}
+	if err := s.hub.SubscribeSince(c, topic.(string), pos); err != nil {
 		c.Close(gust.StatusInternalError, "subscribing")
 		return
 	}
@@ -164,7 +171,7 @@ func instanceMain(args []string) error {
 		return err
 	}
 	defer h.Close()
-	sub := &subscriber{hub: h}
+	sub := &subscriber{hub: h, epoch: broker.Epoch}
 	srv := &gust.Server{Upgrader: gust.Upgrader{
 		Handler:   h.Wrap(sub),
 		OnRequest: parseRequest,
