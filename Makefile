@@ -51,7 +51,8 @@ autobahn-client: install-wstest
 install-wstest:
 	scripts/install-wstest >/dev/null
 
-# Python websockets, Node ws, headless Chromium and Firefox for the interop tests.
+# Python websockets, Node ws, headless Chromium and Firefox, nginx, HAProxy and Caddy for the
+# interop tests.
 install-interop:
 	scripts/install-interop >/dev/null
 

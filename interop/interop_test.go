@@ -7,13 +7,14 @@ package interop
 //     accept loop) paths, compression enabled; the browsers over wss:// to
 //     the Server in netpoll mode too (TLS on gust's event loops);
 //   - gust's client (Dial, and Dial over a connection it is handed) against Python websockets
-//     and Node ws servers.
+//     and Node ws servers;
+//   - gust's client through nginx, HAProxy and Caddy to gust's server (proxy_test.go).
 //
 // TestMain runs scripts/install-interop, which installs the peers (PyPI,
 // npm, apt-get) or keeps them when they already work. A peer that is
 // missing afterwards FAILS its tests, loudly, unless GUST_INTEROP_SKIP names
-// it (a comma list of python, node, browser, firefox, or all), which skips them,
-// loudly too. GUST_INTEROP_NO_INSTALL=1 only checks what is there.
+// it (a comma list of python, node, browser, firefox, proxies, or all), which
+// skips them, loudly too. GUST_INTEROP_NO_INSTALL=1 only checks what is there.
 //
 // The matrix (peer × direction × feature) is printed at the end of the run
 // and written to reports/interop.md at the repo root.
@@ -50,7 +51,7 @@ var repoRoot = func() string {
 
 // A peer is one real implementation, as installed for this run.
 type peer struct {
-	key     string // python, node, browser: the install-interop and GUST_INTEROP_SKIP name
+	key     string // python, node, browser, firefox, proxies: the install-interop and GUST_INTEROP_SKIP name
 	name    string // for the matrix
 	version string
 	err     error // why it cannot be used, when it cannot
@@ -61,6 +62,7 @@ var peers = map[string]*peer{
 	"node":    {key: "node", name: "Node ws"},
 	"browser": {key: "browser", name: "Chromium"},
 	"firefox": {key: "firefox", name: "Firefox"},
+	"proxies": {key: "proxies", name: "proxies"},
 }
 
 var (
@@ -92,7 +94,7 @@ func loud(lines ...string) string {
 
 func TestMain(m *testing.M) {
 	var want []string
-	for _, key := range []string{"python", "node", "browser", "firefox"} {
+	for _, key := range []string{"python", "node", "browser", "firefox", "proxies"} {
 		if skipRequested(key) {
 			peers[key].err = fmt.Errorf("skipped: GUST_INTEROP_SKIP=%s", os.Getenv("GUST_INTEROP_SKIP"))
 			fmt.Fprint(os.Stderr, loud("GUST_INTEROP_SKIP: the "+peers[key].name+" interop tests are SKIPPED, not passed"))
@@ -177,6 +179,8 @@ func probe(p *peer) {
 				p.version = strings.TrimPrefix(v, "Mozilla Firefox ")
 			}
 		}
+	case "proxies":
+		probeProxies(p)
 	}
 }
 
@@ -353,11 +357,44 @@ func matrixReport() string {
 		b.WriteString("(no interop test ran)\n")
 		return b.String()
 	}
-	rank := map[string]int{dirPeerClient: 0, dirBrowser: 1, dirGustClient: 2}
+	rank := map[string]int{dirPeerClient: 0, dirBrowser: 1, dirGustClient: 2, dirProxy: 3}
 	slices.SortStableFunc(matrix.order, func(a, b matrixRow) int { return rank[a.direction] - rank[b.direction] })
+	var peerRows, proxyRows []matrixRow
+	for _, r := range matrix.order {
+		if r.direction == dirProxy {
+			proxyRows = append(proxyRows, r)
+		} else {
+			peerRows = append(peerRows, r)
+		}
+	}
+	var pass, fail, skip int
+	count := func(p, f, s int) { pass, fail, skip = pass+p, fail+f, skip+s }
+	if len(peerRows) > 0 {
+		count(matrixTable(&b, peerRows, matrixColumns))
+	}
+	if len(proxyRows) > 0 {
+		if len(peerRows) > 0 {
+			b.WriteString("\n")
+		}
+		b.WriteString("### behind a proxy\n\n")
+		count(matrixTable(&b, proxyRows, proxyColumns))
+	}
+	fmt.Fprintf(&b, "\n%d passed, %d failed, %d skipped\n\n", pass, fail, skip)
+	if len(peerRows) > 0 {
+		b.WriteString(matrixLegend)
+	}
+	if len(proxyRows) > 0 {
+		b.WriteString(proxyLegend)
+	}
+	return b.String()
+}
+
+// matrixTable writes rows as a table of the columns any of them has, and
+// counts their cells.
+func matrixTable(b *strings.Builder, rows []matrixRow, columns []string) (pass, fail, skip int) {
 	var cols []string
-	for _, c := range matrixColumns {
-		for _, r := range matrix.order {
+	for _, c := range columns {
+		for _, r := range rows {
 			_, ok := matrix.cells[r][c]
 			_, all := matrix.cells[r][allColumns]
 			if ok || all {
@@ -368,8 +405,7 @@ func matrixReport() string {
 	}
 	b.WriteString("| peer | direction | gust path | " + strings.Join(cols, " | ") + " |\n")
 	b.WriteString("|---|---|---|" + strings.Repeat("---|", len(cols)) + "\n")
-	pass, fail, skip := 0, 0, 0
-	for _, r := range matrix.order {
+	for _, r := range rows {
 		cells := make([]string, len(cols))
 		for i, c := range cols {
 			s, ok := matrix.cells[r][c]
@@ -388,11 +424,9 @@ func matrixReport() string {
 			}
 			cells[i] = s
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", r.peer, r.direction, r.path, strings.Join(cells, " | "))
+		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", r.peer, r.direction, r.path, strings.Join(cells, " | "))
 	}
-	fmt.Fprintf(&b, "\n%d passed, %d failed, %d skipped\n\n", pass, fail, skip)
-	b.WriteString(matrixLegend)
-	return b.String()
+	return pass, fail, skip
 }
 
 // --- peer clients against gust's server ------------------------------------
