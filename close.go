@@ -134,14 +134,19 @@ func (c *Conn) startClose(code StatusCode, reason string) error {
 
 // writeCloseFrame sends a close frame once; later calls return net.ErrClosed.
 func (c *Conn) writeCloseFrame(code StatusCode, reason string) error {
+	c.wr.mu.Lock()
+	defer c.wr.mu.Unlock()
+	return c.writeCloseFrameLocked(code, reason)
+}
+
+// writeCloseFrameLocked is writeCloseFrame under the write lock.
+func (c *Conn) writeCloseFrameLocked(code StatusCode, reason string) error {
 	var p [maxControlPayload]byte
 	n := 0
 	if code != 0 && code != StatusNoStatusReceived {
 		binary.BigEndian.PutUint16(p[:], uint16(code))
 		n = 2 + copy(p[2:], reason)
 	}
-	c.wr.mu.Lock()
-	defer c.wr.mu.Unlock()
 	if c.conn == nil {
 		// A zero Conn, or one whose handshake is still in progress: no
 		// close frame counts as sent, so that the latter opens intact.

@@ -47,7 +47,10 @@
 // [*HandshakeError]) or attach data to the connection-to-be with
 // [Conn.Set]. [Server.Shutdown] and [Upgrader.Shutdown] send close 1001 to
 // every connection and wait for them; net/http's own Shutdown does not
-// cover hijacked connections, so behind net/http call both.
+// cover hijacked connections, so behind net/http call both. For a rolling
+// restart, [Server.Drain] and [Upgrader.Drain] refuse new connections and
+// spread their closes (1012) over a window, while [Server.Draining] tells
+// a health route (ExampleServer_Drain).
 //
 // # Events
 //

@@ -3,6 +3,9 @@ package gust
 import (
 	"runtime"
 	"strings"
+	"sync"
+	"testing"
+	"time"
 )
 
 // What the tests reach inside the package, on every system; the Linux-only
@@ -26,4 +29,39 @@ func runningWheels() int32 {
 		}
 	}
 	return n
+}
+
+// drainHooks holds the functions hookDrain set, by tracker, so that tests
+// that drain may run in parallel.
+var drainHooks struct {
+	once sync.Once
+	mu   sync.Mutex
+	m    map[*tracker]func(c *Conn, at time.Duration)
+}
+
+// hookDrain has f called with each connection a drain of u's is about to
+// close and its time, counted from the drain's start, before the first
+// close, until the test ends.
+func hookDrain(t testing.TB, u *Upgrader, f func(c *Conn, at time.Duration)) {
+	h := &drainHooks
+	h.once.Do(func() {
+		h.m = make(map[*tracker]func(*Conn, time.Duration))
+		hook := func(tr *tracker, c *Conn, at time.Duration) {
+			h.mu.Lock()
+			f := h.m[tr]
+			h.mu.Unlock()
+			if f != nil {
+				f(c, at)
+			}
+		}
+		drainHook.Store(&hook)
+	})
+	h.mu.Lock()
+	h.m[&u.track] = f
+	h.mu.Unlock()
+	t.Cleanup(func() {
+		h.mu.Lock()
+		delete(h.m, &u.track)
+		h.mu.Unlock()
+	})
 }

@@ -30,8 +30,9 @@ import (
 //   - "limit": a message over MaxMessageSize ([*ProtocolError], 1009).
 //   - "protocol": any other *ProtocolError (1002, 1007).
 //   - "peer": the peer started the closing handshake ([*CloseError].ByPeer).
-//   - "shutdown": a Server's or Upgrader's Shutdown or Close ended it
-//     ([ErrServerClosed], or Shutdown's 1001, answered or not).
+//   - "shutdown": a Server's or Upgrader's Shutdown, Drain or Close ended
+//     it ([ErrServerClosed], or Shutdown's 1001 or Drain's code, answered
+//     or not).
 //   - "local": [Conn.Close] answered by the peer, or [Conn.CloseNow].
 //   - "timeout": Options.WriteTimeout, heartbeats gone unanswered, a read
 //     deadline, Options.MessageTimeout (gust sent 1008), or CloseTimeout.
@@ -157,8 +158,8 @@ const (
 
 // closeCause returns the close code and cause (see Metrics) of err, the
 // error OnClose receives; sent is the code gust sent, 0 for none, and
-// shuttingDown tells whether its server is shutting down.
-func closeCause(err error, sent StatusCode, shuttingDown bool) (StatusCode, string) {
+// byShutdown tells whether a shutdown or a drain of its server sent it.
+func closeCause(err error, sent StatusCode, byShutdown bool) (StatusCode, string) {
 	var ce *CloseError
 	var pe *ProtocolError
 	var pa *PanicError
@@ -185,8 +186,7 @@ func closeCause(err error, sent StatusCode, shuttingDown bool) (StatusCode, stri
 		return code, causeProtocol
 	case isClose && ce.ByPeer:
 		return code, causePeer
-	case errors.Is(err, ErrServerClosed),
-		sent == StatusGoingAway && shuttingDown:
+	case errors.Is(err, ErrServerClosed), byShutdown:
 		return code, causeShutdown
 	case isClose, errors.Is(err, errClosedNow):
 		return code, causeLocal
@@ -205,7 +205,7 @@ func (c *Conn) reportClose(err error, sent StatusCode) {
 	if m == nil && !debug {
 		return
 	}
-	code, cause := closeCause(err, sent, c.tracker != nil && c.tracker.closing.Load())
+	code, cause := closeCause(err, sent, c.tracker != nil && c.tracker.sentByShutdown(sent))
 	if m != nil {
 		m.Closed(c, code, cause)
 	}

@@ -304,6 +304,12 @@ func (s *Server) handshake(nc net.Conn) (c *Conn, plain net.Conn) {
 // the bytes that followed the request's head; nil when nc must be closed.
 func (s *Server) upgrade(nc net.Conn, r *http.Request, deadline time.Time, after, scratch []byte) *Conn {
 	cfg := s.config()
+	if s.Upgrader.track.draining.Load() {
+		herr := drainRefusal()
+		writeRefusal(nc, herr)
+		cfg.reportHandshake(herr.Status)
+		return nil
+	}
 	hs, herr := cfg.checkRequest(r)
 	if herr != nil {
 		refuse(nc, cfg, herr.Status, string(herr.Body))
@@ -362,18 +368,55 @@ func newHTTPRequest(req *handshake.Request, nc net.Conn) (*http.Request, *Handsh
 // cuts the rest and returns ctx.Err(). HTTPHandler's connections are shut
 // down as [http.Server.Shutdown] does, and closed when ctx ends.
 func (s *Server) Shutdown(ctx context.Context) error {
+	return s.shutdown(ctx, StatusGoingAway, goingAwayReason)
+}
+
+// shutdown is Shutdown with the close frame's code and reason (none for
+// code 0: tracker.shutdownWith).
+func (s *Server) shutdown(ctx context.Context, code StatusCode, reason string) error {
 	hs := s.stopAccepting()
 	if hs == nil {
-		return s.Upgrader.track.shutdown(ctx)
+		return s.Upgrader.track.shutdownWith(ctx, code, reason)
 	}
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- hs.shutdown(ctx) }()
-	err := s.Upgrader.track.shutdown(ctx)
+	err := s.Upgrader.track.shutdownWith(ctx, code, reason)
 	if herr := <-httpDone; err == nil {
 		err = herr
 	}
 	return err
 }
+
+// Drain closes the Server's connections over window, for a rolling
+// restart, then shuts the Server down as Shutdown does. It is
+// [Upgrader.Drain] (which has the details) for every connection the Server
+// accepted and any s.Upgrader.Upgrade made, plus this: the Server keeps
+// accepting until those connections have ended, so that HTTPHandler goes on
+// answering (its health route reports Draining, and the load balancer stops
+// sending clients here) while every WebSocket handshake is refused with
+// 503 Service Unavailable, Retry-After: 1 and Connection: close. Then it
+// stops accepting, and HTTPHandler's connections are shut down as
+// [http.Server.Shutdown] does.
+func (s *Server) Drain(ctx context.Context, window time.Duration, code StatusCode) error {
+	code, err := drainCode(code)
+	if err != nil {
+		return err
+	}
+	err = s.Upgrader.track.drain(ctx, window, code)
+	if err == nil {
+		err = s.Upgrader.track.waitEmpty(ctx) // still accepting: the health route answers
+	}
+	if err != nil {
+		s.Close()
+		return err
+	}
+	return s.shutdown(ctx, 0, "") // the closes are sent: stop accepting, wait for the rest
+}
+
+// Draining reports whether the Server refuses new WebSocket connections:
+// Drain, Shutdown or Close has started. HTTPHandler's health route reads
+// it, answering 503 while it holds (see ExampleServer_Drain).
+func (s *Server) Draining() bool { return s.Upgrader.Draining() }
 
 // Close stops accepting and cuts every connection, without a close
 // handshake (OnClose receives ErrServerClosed); it waits for their OnClose.
@@ -389,7 +432,7 @@ func (s *Server) Close() error {
 // Setting closing first makes Serve, serveConn and serveHTTP, which check
 // it under mu, start nothing new. It returns HTTPHandler's server, if any.
 func (s *Server) stopAccepting() *httpSide {
-	s.Upgrader.track.closing.Store(true)
+	s.Upgrader.track.startClosing()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for ln := range s.listeners {

@@ -1,27 +1,42 @@
 package gust
 
 import (
+	"cmp"
 	"context"
+	"math/rand/v2"
+	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
-// goingAwayReason is the reason of the close frame a shutdown sends.
-const goingAwayReason = "server shutting down"
+// goingAwayReason is the reason of the close frame a shutdown sends, and
+// drainReason that of a drain's.
+const (
+	goingAwayReason = "server shutting down"
+	drainReason     = "server draining"
+)
 
 // tracker keeps the connections an Upgrader made (a Server's too, through
-// its Upgrader field), so that Shutdown and Close reach them: a slot in a
+// its Upgrader field), so that Shutdown, Drain and Close reach them: a slot in a
 // slice per connection, no goroutine. begin reserves a place before the
 // handshake (refused once a shutdown has started); then add tracks the Conn,
 // or end gives the place back when none was made; forget drops a Conn once
 // its OnClose has returned.
 type tracker struct {
-	closing atomic.Bool // Shutdown or Close has started: begin fails
+	closing  atomic.Bool // Shutdown or Close has started: begin fails
+	draining atomic.Bool // Drain has started: handshakes are refused (drainRefusal)
 
-	mu    sync.Mutex
-	cut   bool           // Close, or Shutdown's context ended: add cuts the Conn at once
-	conns []*Conn        // each at its c.trackAt
-	wg    sync.WaitGroup // one per place begin reserved and end or forget has not given back
+	mu     sync.Mutex
+	cut    bool           // Close, or Shutdown's context ended: add cuts the Conn at once
+	conns  []*Conn        // each at its c.trackAt
+	wg     sync.WaitGroup // one per place begin reserved and end or forget has not given back
+	code   StatusCode     // the close frame add sends a Conn, with reason; 0: none
+	reason string
+	spread chan struct{} // made by Drain, closed once its closes are all sent or it stopped
+	stop   chan struct{} // made by Drain, closed when a shutdown starts: the drain stops
+	empty  chan struct{} // made by waitEmpty, closed by forget when conns empties
 }
 
 // begin reserves a place for a connection about to be made. It returns
@@ -39,22 +54,22 @@ func (t *tracker) begin() bool {
 // end gives back the place begin reserved, when no Conn was made.
 func (t *tracker) end() { t.wg.Done() }
 
-// add tracks c, made after begin. If a shutdown has started meanwhile, it
-// sends c a close frame with 1001; if the connections are being cut, it
-// ends c and returns false.
+// add tracks c, made after begin. If a shutdown or a drain has started
+// meanwhile, it sends c their close frame (1001, or the drain's code); if
+// the connections are being cut, it ends c and returns false.
 func (t *tracker) add(c *Conn) bool {
 	t.mu.Lock()
 	c.trackAt = int32(len(t.conns))
 	t.conns = append(t.conns, c)
 	c.tracker = t
-	cut, closing := t.cut, t.closing.Load()
+	cut, code, reason := t.cut, t.code, t.reason
 	t.mu.Unlock()
 	switch {
 	case cut:
 		cutConn(c)
 		return false
-	case closing:
-		c.startClose(StatusGoingAway, goingAwayReason)
+	case code != 0:
+		c.startClose(code, reason)
 	}
 	return true
 }
@@ -71,26 +86,70 @@ func (t *tracker) forget(c *Conn) {
 		if cap(t.conns) > 256 && len(t.conns) < cap(t.conns)/4 {
 			t.conns = append([]*Conn(nil), t.conns...) // give back what a crowd that left used
 		}
+		if len(t.conns) == 0 && t.empty != nil {
+			close(t.empty)
+			t.empty = nil
+		}
 	}
 	t.mu.Unlock()
 	t.wg.Done()
+}
+
+// sentByShutdown reports whether code, which gust sent a connection, is
+// the close frame of a shutdown or a drain that has started.
+func (t *tracker) sentByShutdown(code StatusCode) bool {
+	if code == 0 {
+		return false
+	}
+	if code == StatusGoingAway && t.closing.Load() {
+		return true // Shutdown's, which may not have set t.code yet
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return code == t.code
 }
 
 func (t *tracker) snapshotLocked() []*Conn {
 	return append([]*Conn(nil), t.conns...)
 }
 
-// shutdown sends 1001 to every connection, each on a goroutine of its own,
-// and waits until they have ended or ctx is done; then it cuts the rest,
-// waits for their OnClose, and returns ctx.Err().
-func (t *tracker) shutdown(ctx context.Context) error {
-	t.closing.Store(true)
-	t.mu.Lock()
-	conns := t.snapshotLocked()
+// startClosing marks the start of a shutdown or a Close: begin fails from
+// now on, and a drain in progress stops spreading its closes.
+func (t *tracker) startClosing() {
+	if t.closing.Swap(true) {
+		return
+	}
+	t.mu.Lock() // after the Swap: a drain that checked closing under mu before it has made stop
+	if t.stop != nil {
+		close(t.stop)
+	}
 	t.mu.Unlock()
+}
+
+// shutdown sends 1001 to every connection and waits (shutdownWith).
+func (t *tracker) shutdown(ctx context.Context) error {
+	return t.shutdownWith(ctx, StatusGoingAway, goingAwayReason)
+}
+
+// shutdownWith sends a close frame with code and reason to every connection
+// that has not sent one, each on a goroutine of its own (none for code 0:
+// a drain's are on their way), and waits until they have ended or ctx is
+// done; then it cuts the rest, waits for their OnClose, and returns
+// ctx.Err().
+func (t *tracker) shutdownWith(ctx context.Context, code StatusCode, reason string) error {
+	t.startClosing()
+	var conns []*Conn
+	if code != 0 {
+		t.mu.Lock()
+		t.code, t.reason = code, reason
+		conns = t.snapshotLocked()
+		t.mu.Unlock()
+	}
 	var closers sync.WaitGroup
 	for _, c := range conns {
-		closers.Go(func() { c.startClose(StatusGoingAway, goingAwayReason) })
+		if !c.closing.has(closeSent | netClosed) {
+			closers.Go(func() { c.startClose(code, reason) })
+		}
 	}
 	done := make(chan struct{})
 	go func() {
@@ -117,13 +176,207 @@ func (t *tracker) close() {
 
 // cutAll cuts every connection, and those add is given from now on.
 func (t *tracker) cutAll() {
-	t.closing.Store(true)
+	t.startClosing()
 	t.mu.Lock()
 	t.cut = true
 	conns := t.snapshotLocked()
 	t.mu.Unlock()
 	for _, c := range conns {
 		cutConn(c)
+	}
+}
+
+// A drain, for rolling restarts: from its start, handshakes are refused
+// (drainRefusal) while Draining tells a health route so; each connection
+// open then gets its close frame at a time of its own, drawn uniformly over
+// the window, so that its clients come back (to the other instances)
+// spread over the window rather than all in the same instant. Drain's own
+// goroutine sends the closes in time order, never waiting on a peer
+// (closeNoWait), and touches only the connections due at each wake; then
+// the drain ends as a shutdown does.
+
+// drainHook, if set (export_test.go), is told each connection's close time,
+// counted from the drain's start, before the first close.
+var drainHook atomic.Pointer[func(t *tracker, c *Conn, at time.Duration)]
+
+// plannedClose is a connection and the time its drain closes it at.
+type plannedClose struct {
+	c  *Conn
+	at time.Duration // from the drain's start
+}
+
+// drainCode returns the close code a drain asked for code sends:
+// StatusServiceRestart for 0, ErrInvalidCloseCode for a code no close
+// frame may carry.
+func drainCode(code StatusCode) (StatusCode, error) {
+	if code == 0 {
+		return StatusServiceRestart, nil
+	}
+	if !code.validOnWire() {
+		return 0, ErrInvalidCloseCode
+	}
+	return code, nil
+}
+
+// drainRefusal is the answer to a handshake during a drain: 503, with
+// Retry-After: 1 (a client that waits for it, through a balancer told by
+// the health route, reaches another instance) and Connection: close.
+func drainRefusal() *HandshakeError {
+	herr := refusal(http.StatusServiceUnavailable, drainReason)
+	herr.Header = http.Header{"Retry-After": {"1"}}
+	herr.Err = ErrServerClosed
+	return herr
+}
+
+// refuseDraining answers a handshake that came to an Upgrader during a
+// drain, through net/http.
+func refuseDraining(w http.ResponseWriter) *HandshakeError {
+	herr := drainRefusal()
+	w.Header().Set("Connection", "close")
+	w.Header().Set("Retry-After", herr.Header.Get("Retry-After"))
+	http.Error(w, drainReason, herr.Status)
+	return herr
+}
+
+// drain sends every connection open at its start a close frame with code,
+// each at a time drawn uniformly in [0, window), and returns nil once all
+// are sent or a shutdown has started (which takes over), or ctx.Err() if
+// ctx ends first. A drain that finds another one started waits for that
+// one's closes instead; one after a shutdown has nothing to do.
+func (t *tracker) drain(ctx context.Context, window time.Duration, code StatusCode) error {
+	t.mu.Lock()
+	if spread := t.spread; spread != nil {
+		t.mu.Unlock()
+		select {
+		case <-spread:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if t.closing.Load() {
+		t.mu.Unlock()
+		return nil
+	}
+	t.draining.Store(true)
+	t.code, t.reason = code, drainReason // for a handshake that passed the check before it
+	spread, stop := make(chan struct{}), make(chan struct{})
+	t.spread, t.stop = spread, stop
+	plan := make([]plannedClose, len(t.conns))
+	for i, c := range t.conns {
+		plan[i].c = c
+	}
+	t.mu.Unlock()
+	defer close(spread)
+
+	planCloses(plan, window)
+	if h := drainHook.Load(); h != nil {
+		for _, p := range plan {
+			(*h)(t, p.c, p.at)
+		}
+	}
+	start := time.Now()
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for i := 0; i < len(plan); {
+		now := time.Since(start)
+		for ; i < len(plan) && plan[i].at <= now; i++ {
+			plan[i].c.closeNoWait(code, drainReason)
+			plan[i].c = nil // an ended Conn is not kept for the window
+		}
+		if i == len(plan) {
+			break
+		}
+		if timer == nil {
+			timer = time.NewTimer(plan[i].at - now)
+		} else {
+			timer.Reset(plan[i].at - now)
+		}
+		select {
+		case <-timer.C:
+		case <-stop:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// waitEmpty waits until no connection is left, a shutdown has started, or
+// ctx is done; it returns ctx.Err() in the last case. Unlike the wait of a
+// shutdown (wg), it lets a Server go on accepting meanwhile.
+func (t *tracker) waitEmpty(ctx context.Context) error {
+	t.mu.Lock()
+	if len(t.conns) == 0 {
+		t.mu.Unlock()
+		return nil
+	}
+	if t.empty == nil {
+		t.empty = make(chan struct{})
+	}
+	empty, stop := t.empty, t.stop
+	t.mu.Unlock()
+	select {
+	case <-empty:
+		return nil
+	case <-stop:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// planCloses gives each connection of plan a time drawn uniformly at random
+// in [0, window), and sorts plan by time.
+func planCloses(plan []plannedClose, window time.Duration) {
+	if window <= 0 {
+		return
+	}
+	for i := range plan {
+		plan[i].at = rand.N(window)
+	}
+	slices.SortFunc(plan, func(a, b plannedClose) int { return cmp.Compare(a.at, b.at) })
+}
+
+// closeNoWait starts c's closing handshake with code and reason, as
+// startClose does, from a goroutine that must not wait on c (a drain's).
+// When c's write lock is free, the close frame is written at once, what
+// the socket does not take kept in the backlog, which a short-lived
+// goroutine then writes (the outbox's writer does the same); else, or when
+// c's transport cannot try a write (TLS in goroutine mode, HTTP/2), a
+// short-lived goroutine sends it.
+func (c *Conn) closeNoWait(code StatusCode, reason string) {
+	if c.closing.has(closeSent | netClosed) {
+		return
+	}
+	w := &c.wr
+	if !c.direct() || !w.mu.TryLock() {
+		go c.startClose(code, reason)
+		return
+	}
+	loop := w.noWait // an event loop dispatches: it writes the backlog
+	w.noWait = true
+	err := c.writeCloseFrameLocked(code, reason)
+	w.noWait = loop
+	backlog := w.backlog != nil && !loop
+	w.mu.Unlock()
+	if err != nil {
+		return
+	}
+	c.setReadDeadline(time.Now().Add(c.cfg.CloseTimeout))
+	if backlog {
+		go func() {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			if !w.noWait {
+				c.writeFailed(c.writeBacklogLocked())
+			}
+		}()
 	}
 }
 
@@ -153,6 +406,56 @@ func cutConn(c *Conn) {
 // [http.Server.RegisterOnShutdown].
 func (u *Upgrader) Shutdown(ctx context.Context) error {
 	return u.track.shutdown(ctx)
+}
+
+// Drain closes the Upgrader's connections over window, for a rolling
+// restart, then shuts it down as Shutdown does. From its call, Upgrade
+// refuses handshakes with 503 Service Unavailable, Retry-After: 1 and
+// Connection: close (returning a *HandshakeError wrapping ErrServerClosed)
+// and Draining reports true, for a health route to tell the load balancer.
+// Each connection open then gets a close frame with code at a time of its
+// own, drawn uniformly at random over window, so that its clients, which
+// reconnect at once, reach the other instances spread over the window
+// rather than all in the same instant. Code 0 means StatusServiceRestart
+// (1012: come back, elsewhere or a little later); a code no close frame may
+// carry returns ErrInvalidCloseCode and drains nothing. A window of 0 sends
+// every close at once.
+//
+// Drain then waits until the connections have ended or ctx is done, as
+// Shutdown does. If ctx ends first, during the window or after, Drain cuts
+// every connection left, those not closed yet included (OnClose receives
+// ErrServerClosed), and returns ctx.Err(): give ctx the window plus
+// Options.CloseTimeout. A Shutdown or Close called meanwhile takes over at
+// once (1001 to the connections not closed yet, or the cut); a second
+// Drain keeps the first one's times and code, and waits as it does.
+//
+// The window and the code are arguments rather than an options struct:
+// they are the whole of a drain, each with a useful zero. Drain's own
+// goroutine sends the closes in time order, each without waiting for its
+// peer (a connection whose write lock is held gets its close from a
+// short-lived goroutine): no goroutine or timer per connection, and no
+// burst of closes on an event loop.
+func (u *Upgrader) Drain(ctx context.Context, window time.Duration, code StatusCode) error {
+	code, err := drainCode(code)
+	if err != nil {
+		return err
+	}
+	err = u.track.drain(ctx, window, code)
+	if err == nil {
+		err = u.track.waitEmpty(ctx)
+	}
+	if err != nil {
+		u.track.close()
+		return err
+	}
+	return u.track.shutdownWith(ctx, 0, "") // the closes are sent: nothing left to wait for but handshakes
+}
+
+// Draining reports whether the Upgrader refuses new connections: Drain,
+// Shutdown or Close has started. A health route answers 503 when it does,
+// so that the load balancer sends new clients elsewhere.
+func (u *Upgrader) Draining() bool {
+	return u.track.draining.Load() || u.track.closing.Load()
 }
 
 // Close cuts every connection the Upgrader made, without a close handshake

@@ -120,12 +120,16 @@ func (u *Upgrader) handler() Event {
 // Go's HTTP/2 server offers extended CONNECT only when the process starts
 // with GODEBUG=http2xconnect=1 (see examples/h2).
 //
-// The Upgrader keeps the connections it made until they end, for Shutdown
-// and Close. Once either has started, Upgrade answers 503 Service
-// Unavailable and returns a *HandshakeError wrapping ErrServerClosed.
+// The Upgrader keeps the connections it made until they end, for Shutdown,
+// Drain and Close. Once one has started, Upgrade answers 503 Service
+// Unavailable (with Retry-After: 1 during a drain) and returns a
+// *HandshakeError wrapping ErrServerClosed.
 func (u *Upgrader) Upgrade(w http.ResponseWriter, r *http.Request) (c *Conn, err error) {
 	if m := u.config().Metrics; m != nil {
 		defer func() { m.Handshake(upgradeStatus(r, c, err)) }()
+	}
+	if u.track.draining.Load() {
+		return nil, refuseDraining(w)
 	}
 	if !u.track.begin() {
 		w.Header().Set("Connection", "close")
