@@ -94,15 +94,10 @@ func TestProxy(t *testing.T) {
 	// Every proxy and mode at once, on goroutines of the test's own rather
 	// than t.Parallel, which runs GOMAXPROCS subtests at a time (2 here):
 	// most of the matrix waits on the network and on the proxies' clocks.
-	together(t, proxyKinds, func(px *proxyKind) string {
-		if px.source != "" {
-			return px.name + " " + px.source
-		}
-		return px.name
-	}, func(t *testing.T, px *proxyKind) {
+	together(t, proxyKinds, (*proxyKind).fullName, func(t *testing.T, px *proxyKind) {
 		if px.err != nil {
-			setCell(matrixRow{peer: px.name + " (not available)", direction: dirProxy, path: "all"}, allColumns, "FAIL")
-			t.Fatal(loud(fmt.Sprintf("%s FAILED: %s is not available: %v", t.Name(), px.name, px.err),
+			setCell(matrixRow{peer: px.fullName() + " (not available)", direction: dirProxy, path: "all"}, allColumns, "FAIL")
+			t.Fatal(loud(fmt.Sprintf("%s FAILED: %s is not available: %v", t.Name(), px.fullName(), px.err),
 				"scripts/install-interop proxies installs it (apt-get, PyPI); GUST_INTEROP_SKIP=proxies skips instead"))
 		}
 		t.Logf("%s (%s)", px.label(), px.bin)

@@ -46,6 +46,14 @@ type proxyKind struct {
 	conf proxyConf
 }
 
+// fullName names the proxy without its version: name and source.
+func (px *proxyKind) fullName() string {
+	if px.source != "" {
+		return px.name + " " + px.source
+	}
+	return px.name
+}
+
 // label names the proxy in the matrix and the log: name, version, source.
 func (px *proxyKind) label() string {
 	s := px.name + " " + px.version
