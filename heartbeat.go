@@ -105,9 +105,11 @@ func (hb *heartbeat) Check(t uint64) (due uint64, fire bool) {
 		return hb.pinged + timeout, false
 	case t-seen > interval:
 		// The wait began at tick seen or up to a tick later: a ping only
-		// once the silence has surely lasted PingInterval.
+		// once the silence has surely lasted PingInterval. Look again
+		// within PingInterval, not only at PingTimeout: once the pong has
+		// come, the next ping is due PingInterval after it.
 		hb.pinged = t
-		return t + timeout, true
+		return t + min(interval, timeout), true
 	default:
 		hb.pinged = 0
 		return seen + interval + 1, false

@@ -124,6 +124,30 @@ func TestHeartbeatAnsweringPeerStays(t *testing.T) {
 	}
 }
 
+// TestHeartbeatPingsEveryIntervalWithALongTimeout: a peer that answers
+// is pinged after each PingInterval of silence, however long PingTimeout
+// is (a proxy that cuts idle connections after PingInterval + a little
+// must see a ping that often).
+func TestHeartbeatPingsEveryIntervalWithALongTimeout(t *testing.T) {
+	t.Parallel()
+	srv := newRecorder()
+	var pongs atomic.Int32
+	srv.pong = func(_ *Conn, p []byte) { pongs.Add(1) }
+	addr := startServer(t, srv, &Options{PingInterval: hbInterval, PingTimeout: time.Minute})
+	client := newRecorder()
+	c, _, err := Dial(testContext(t), "ws://"+addr+"/", client, nil)
+	require.NoError(t, err)
+	runClient(t, c)
+	srv.waitOpen(t)
+	deadline := time.Now().Add(30 * time.Second) // a minute is the old cadence
+	for pongs.Load() < 3 {
+		require.True(t, time.Now().Before(deadline), "pinged %d times, not every PingInterval", pongs.Load())
+		time.Sleep(hbInterval)
+	}
+	require.NoError(t, c.Close(StatusNormalClosure, ""))
+	require.Equal(t, StatusNormalClosure, CloseStatus(srv.waitClose(t)))
+}
+
 // TestHeartbeatDataCountsAsAlive: a raw peer that sends data more often
 // than the interval but never answers a ping stays connected.
 func TestHeartbeatDataCountsAsAlive(t *testing.T) {
