@@ -83,8 +83,9 @@ type HistoryBroker interface {
 	// (its queue is full, it is closed); then it calls done, once, from any
 	// goroutine, with the position the message was stored at, or the error
 	// that kept it out (it may then have been stored anyway). The messages
-	// handed over one after another are stored in that order. done must not
-	// block; nil means no report.
+	// of a topic handed over one after another are stored in that order,
+	// and done is called in the order of hand-over. done must not block;
+	// nil means no report.
 	PublishAsync(topic string, msg []byte, done func(Position, error)) error
 }
 
