@@ -82,11 +82,14 @@ type HistoryBroker interface {
 	// it) and returns at once, with an error only when it cannot take it
 	// (its queue is full, it is closed); then it calls done, once, from any
 	// goroutine, with the position the message was stored at, or the error
-	// that kept it out (it may then have been stored anyway). The messages
+	// that kept it out (it may then have been stored anyway). id, when not
+	// empty, names the message (a Hub passes at most 32 bytes): one whose
+	// id was stored within the Broker's duplicate window is not stored
+	// again, and done gets the position of the one stored. The messages
 	// of a topic handed over one after another are stored in that order,
 	// and done is called in the order of hand-over. done must not block;
 	// nil means no report.
-	PublishAsync(topic string, msg []byte, done func(Position, error)) error
+	PublishAsync(topic string, msg []byte, id string, done func(Position, error)) error
 }
 
 // Record is a message as a HistoryBroker numbers it.

@@ -2,8 +2,10 @@ package hub
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -528,6 +530,55 @@ func (h *Hub) countNotice(n Notice) {
 	}
 }
 
+// PublishOnce publishes a client's message to topic as Publish does, named
+// by id, and calls ack once it is stored, with its position: a message
+// the page can resend until it is acknowledged, kept once. id must name
+// the message among all the senders' (say the sender's user and an ID its
+// page made at random for the message; a client that could pick another
+// sender's id could have its message taken for theirs); the Hub hashes
+// it, so any length costs 32 bytes.
+//
+// With a HistoryBroker, a message whose id was stored within the Broker's
+// duplicate window (2 min by default, MemoryHistory's and cluster/nats's)
+// is not stored or delivered again: ack gets the position of the one
+// stored. A resend after the window is stored again: keep the pages'
+// resends within it. Without a history, the message is published at once
+// and ack called with the zero Position, and a resend is published again.
+// ack gets the Broker's error when the message could not be stored (it may
+// have been: a resend is then acknowledged or stored). ack is called once,
+// from the Broker's goroutine or before PublishOnce returns, and must not
+// block: queue the acknowledgement with WriteAsync. When PublishOnce
+// returns an error, ack is not called.
+func (h *Hub) PublishOnce(topic string, op gust.Opcode, p []byte, id string, ack func(Position, error)) error {
+	if ack == nil {
+		ack = func(Position, error) {}
+	}
+	if h.hist == nil {
+		err := h.Publish(topic, op, p)
+		if err == nil {
+			ack(Position{}, nil)
+		}
+		return err
+	}
+	if h.closed.Load() {
+		return ErrClosed
+	}
+	if op != gust.OpText && op != gust.OpBinary {
+		return fmt.Errorf("gust: hub: publishing opcode %v: only text and binary messages", op)
+	}
+	sum := sha256.Sum256([]byte(id))
+	err := h.hist.broker.PublishAsync(topic, h.envelope(false, op, p, 0), hex.EncodeToString(sum[:16]), func(pos Position, err error) {
+		if err != nil {
+			h.log().Warn("gust: hub: the broker did not store a message", "topic", topic, "err", err)
+		}
+		ack(pos, err)
+	})
+	if err != nil {
+		return fmt.Errorf("gust: hub: publishing to the broker: %w", err)
+	}
+	return nil
+}
+
 // publishHistory hands the message to the HistoryBroker without waiting
 // for it to be stored; the Broker brings it back, numbered, to every Hub:
 // fromHistory delivers it, here too.
@@ -543,7 +594,7 @@ func (h *Hub) publishHistory(topic string, all bool, except *gust.Conn, op gust.
 		}
 		h.mu.RUnlock()
 	}
-	err := h.hist.broker.PublishAsync(topic, h.envelope(all, op, p, id), func(_ Position, err error) {
+	err := h.hist.broker.PublishAsync(topic, h.envelope(all, op, p, id), "", func(_ Position, err error) {
 		if err != nil {
 			h.log().Warn("gust: hub: the broker did not store a message", "topic", topic, "err", err)
 		}

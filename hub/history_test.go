@@ -60,7 +60,9 @@ func (b *memHistory) restart(epoch string) {
 	clear(b.records)
 }
 
-func (b *memHistory) PublishAsync(topic string, msg []byte, done func(hub.Position, error)) error {
+var _ hub.HistoryBroker = (*memHistory)(nil)
+
+func (b *memHistory) PublishAsync(topic string, msg []byte, _ string, done func(hub.Position, error)) error {
 	r := b.publish(topic, msg)
 	if done != nil {
 		done(hub.Position{Epoch: r.Epoch, Seq: r.Seq}, nil)
@@ -632,4 +634,71 @@ func TestMemoryHistoryBudget(t *testing.T) {
 		require.NoError(t, aged.History(context.Background(), "gone", 0, func(hub.Record) error { n++; return nil }))
 		return n == 0 && aged.Stats().Topics == 1
 	})
+}
+
+// A client's message sent with an id is acknowledged with its position
+// once stored; sent again with the same id (the page resends what was not
+// acknowledged when it reconnects), it is acknowledged with the first
+// position and neither stored nor delivered again.
+func TestHubPublishOnce(t *testing.T) {
+	b := hub.NewMemoryHistory(&hub.MemoryHistoryOptions{DuplicateWindow: time.Hour})
+	hb, err := hub.New(&hub.Options{Broker: b})
+	require.NoError(t, err)
+	defer hb.Close()
+	s := startHubServer(t, serverConfig{hub: hb, wrap: true})
+	c := dialHub(t, s.url, 0, false, true)
+	c.send(t, "since:room:0")
+	type ack struct {
+		pos hub.Position
+		err error
+	}
+	acks := make(chan ack, 10)
+	send := func(id, text string) ack {
+		t.Helper()
+		require.NoError(t, hb.PublishOnce("room", gust.OpText, fmt.Appendf(nil, `{"text":%q}`, text), id,
+			func(pos hub.Position, err error) { acks <- ack{pos, err} }))
+		select {
+		case a := <-acks:
+			return a
+		case <-time.After(5 * time.Second):
+			t.Fatal("no acknowledgement")
+		}
+		return ack{}
+	}
+	first := send("alice/1", "hello")
+	require.NoError(t, first.err)
+	require.Equal(t, hub.Position{Epoch: b.Epoch(), Seq: 1}, first.pos)
+	require.Equal(t, first, send("alice/1", "hello"), "a resend: the first position")
+	require.Equal(t, hub.Position{Epoch: b.Epoch(), Seq: 2}, send("alice/2", "again").pos)
+	require.Equal(t, first, send("alice/1", "hello"))
+	at := " @" + b.Epoch()
+	waitSays(t, c, "room recovered 0"+at, "room#1 hello", "room#2 again")
+	require.Equal(t, 2, b.Stats().Records)
+
+	// Without a history: published at once, acknowledged with no position.
+	plain := new(hub.Hub)
+	var got []hub.Position
+	require.NoError(t, plain.PublishOnce("room", gust.OpText, []byte("x"), "a/1", func(pos hub.Position, err error) {
+		require.NoError(t, err)
+		got = append(got, pos)
+	}))
+	require.Equal(t, []hub.Position{{}}, got)
+}
+
+// MemoryHistory remembers an id for DuplicateWindow: after it, the same id
+// is a new message.
+func TestMemoryHistoryDuplicateWindow(t *testing.T) {
+	b := hub.NewMemoryHistory(&hub.MemoryHistoryOptions{DuplicateWindow: 30 * time.Millisecond})
+	seq := func(id string) uint64 {
+		var got hub.Position
+		require.NoError(t, b.PublishAsync("t", []byte("m"), id, func(pos hub.Position, err error) { got = pos }))
+		return got.Seq
+	}
+	require.Equal(t, uint64(1), seq("x"))
+	require.Equal(t, uint64(1), seq("x"))
+	require.Equal(t, uint64(2), seq(""), "no id: always stored")
+	start := time.Now()
+	waitFor(t, "the window to pass", 5*time.Second, func() bool { return time.Since(start) > 40*time.Millisecond })
+	require.Equal(t, uint64(3), seq("x"), "after the window, stored again")
+	require.Equal(t, uint64(3), seq("x"))
 }

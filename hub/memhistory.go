@@ -24,6 +24,12 @@ type MemoryHistoryOptions struct {
 	// have all gone is forgotten, so that the topics clients make up and
 	// leave cost nothing after MaxAge. Default 24 h.
 	MaxAge time.Duration
+	// DuplicateWindow is how long the ID of a message handed to
+	// PublishAsync with one is remembered: a message with the same ID
+	// within it is not stored again (Hub.PublishOnce). At most 65,536 IDs
+	// are remembered, the oldest forgotten first (about 100 bytes each).
+	// Default 2 min.
+	DuplicateWindow time.Duration
 }
 
 // Defaults of MemoryHistoryOptions.
@@ -31,6 +37,8 @@ const (
 	defaultMaxPerTopic = 1000
 	defaultMaxBytes    = 64 << 20
 	defaultMaxAge      = 24 * time.Hour
+	defaultDupWindow   = 2 * time.Minute
+	maxDuplicateIDs    = 1 << 16
 )
 
 // What MemoryHistory counts for a record and a topic besides their bytes:
@@ -69,6 +77,14 @@ type MemoryHistory struct {
 	bytes    int64 // counted as MaxBytes counts
 	kept     int   // records
 	handlers []*historyHandler
+	ids      map[string]dupID // the IDs of the DuplicateWindow
+	idOrder  []string         // oldest first, from idHead on
+	idHead   int
+}
+
+type dupID struct {
+	pos Position
+	at  int64
 }
 
 type memTopic struct {
@@ -104,9 +120,13 @@ func NewMemoryHistory(opts *MemoryHistoryOptions) *MemoryHistory {
 	if o.MaxAge <= 0 {
 		o.MaxAge = defaultMaxAge
 	}
+	if o.DuplicateWindow <= 0 {
+		o.DuplicateWindow = defaultDupWindow
+	}
 	var id [6]byte
 	rand.Read(id[:])
-	return &MemoryHistory{opts: o, epoch: base64.RawURLEncoding.EncodeToString(id[:]), topics: make(map[string]*memTopic)}
+	return &MemoryHistory{opts: o, epoch: base64.RawURLEncoding.EncodeToString(id[:]), topics: make(map[string]*memTopic),
+		ids: make(map[string]dupID)}
 }
 
 var _ HistoryBroker = (*MemoryHistory)(nil)
@@ -116,26 +136,36 @@ func (b *MemoryHistory) Epoch() string { return b.epoch }
 
 // Publish numbers msg, keeps a copy and delivers it.
 func (b *MemoryHistory) Publish(topic string, msg []byte) error {
-	b.store(topic, msg)
+	b.store(topic, msg, "")
 	return nil
 }
 
 // PublishAsync is Publish, which does not wait for the network: done is
-// called before it returns.
-func (b *MemoryHistory) PublishAsync(topic string, msg []byte, done func(Position, error)) error {
-	r := b.store(topic, msg)
+// called before it returns, with the position of the message, or of the
+// one stored with the same id within DuplicateWindow (then msg is neither
+// stored nor delivered).
+func (b *MemoryHistory) PublishAsync(topic string, msg []byte, id string, done func(Position, error)) error {
+	pos := b.store(topic, msg, id)
 	if done != nil {
-		done(Position{Epoch: r.Epoch, Seq: r.Seq}, nil)
+		done(pos, nil)
 	}
 	return nil
 }
 
-// store numbers, keeps and delivers msg.
-func (b *MemoryHistory) store(topic string, msg []byte) Record {
+// store numbers, keeps and delivers msg, unless id names one stored
+// within DuplicateWindow; it returns the position of the one stored.
+func (b *MemoryHistory) store(topic string, msg []byte, id string) Position {
 	b.deliver.Lock()
 	defer b.deliver.Unlock()
 	now := time.Now().UnixNano()
 	b.mu.Lock()
+	if id != "" {
+		b.forgetIDs(now)
+		if d, ok := b.ids[id]; ok {
+			b.mu.Unlock()
+			return d.pos
+		}
+	}
 	t := b.topics[topic]
 	if t == nil {
 		t = &memTopic{name: topic}
@@ -156,12 +186,37 @@ func (b *MemoryHistory) store(topic string, msg []byte) Record {
 	b.bytes += r.size
 	b.kept++
 	b.trim(now)
+	pos := Position{Epoch: r.Epoch, Seq: r.Seq}
+	if id != "" {
+		b.ids[id] = dupID{pos, now}
+		b.idOrder = append(b.idOrder, id)
+	}
 	hs := b.handlers
 	b.mu.Unlock()
 	for _, h := range hs {
 		h.f(r.Record)
 	}
-	return r.Record
+	return pos
+}
+
+// forgetIDs forgets the IDs older than DuplicateWindow, and the oldest
+// past maxDuplicateIDs, with b.mu held.
+func (b *MemoryHistory) forgetIDs(now int64) {
+	oldest := now - int64(b.opts.DuplicateWindow)
+	for b.idHead < len(b.idOrder) {
+		id := b.idOrder[b.idHead]
+		if len(b.idOrder)-b.idHead < maxDuplicateIDs && b.ids[id].at > oldest {
+			break
+		}
+		delete(b.ids, id)
+		b.idOrder[b.idHead] = ""
+		b.idHead++
+	}
+	if n := len(b.idOrder) - b.idHead; b.idHead > 1024 && b.idHead > n {
+		copy(b.idOrder, b.idOrder[b.idHead:])
+		clear(b.idOrder[n:])
+		b.idOrder, b.idHead = b.idOrder[:n], 0
+	}
 }
 
 // dropOldest drops t's oldest record, and t itself once it has none.

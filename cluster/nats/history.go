@@ -55,6 +55,11 @@ type HistoryOptions struct {
 	// ErrQueueFull. What it holds is copies of the messages: 4,096 chat
 	// messages of 1 KiB are 4 MiB. Default 4,096.
 	PublishQueue int
+	// DuplicateWindow is how long the stream remembers the ID of a message
+	// it stored: a message with the same ID within it is not stored again
+	// (JetStream's Duplicates; a Hub's PublishOnce passes the client's
+	// message ID). Default 2 min.
+	DuplicateWindow time.Duration
 }
 
 // HistoryBroker is a hub.HistoryBroker on NATS JetStream: a Hub publishes
@@ -148,6 +153,7 @@ func NewHistory(ctx context.Context, nc *nats.Conn, opts *HistoryOptions) (*Hist
 	setDefault(&o.Replicas, 1)
 	setDefault(&o.PublishTimeout, 10*time.Second)
 	setDefault(&o.PublishQueue, defaultPublishQueue)
+	setDefault(&o.DuplicateWindow, 2*time.Minute)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
@@ -167,6 +173,7 @@ func NewHistory(ctx context.Context, nc *nats.Conn, opts *HistoryOptions) (*Hist
 		Storage:           storage,
 		Replicas:          o.Replicas,
 		Discard:           jetstream.DiscardOld,
+		Duplicates:        o.DuplicateWindow,
 		AllowDirect:       true,
 		RePublish:         &jetstream.RePublish{Source: prefix + "h.*", Destination: prefix + "r.{{wildcard(1)}}"},
 	}

@@ -66,10 +66,13 @@ var errNotSent = errors.New("gustnats: storing the message: not sent within Publ
 // in flight, and may be stored in another order than they were taken.
 // Each message has a message ID, so that one sent again (its
 // acknowledgement lost, the NATS server away, the stream gone and made
-// again) is stored once. While the NATS connection is down nothing is sent:
+// again) is stored once: id when it is not empty, which makes a message
+// handed over again with the same id within the stream's duplicate window
+// (HistoryOptions.DuplicateWindow) stored once too, done getting the
+// position of the one stored. While the NATS connection is down nothing is sent:
 // the messages wait in the queue.
-func (b *HistoryBroker) PublishAsync(topic string, msg []byte, done func(hub.Position, error)) error {
-	p := &pending{subject: b.prefix + "h." + encodeTopic(topic), data: append([]byte(nil), msg...), done: done, deadline: time.Now().Add(b.timeout)}
+func (b *HistoryBroker) PublishAsync(topic string, msg []byte, id string, done func(hub.Position, error)) error {
+	p := &pending{subject: b.prefix + "h." + encodeTopic(topic), data: append([]byte(nil), msg...), id: id, done: done, deadline: time.Now().Add(b.timeout)}
 	b.closeMu.RLock()
 	defer b.closeMu.RUnlock()
 	if b.closed {
@@ -89,7 +92,7 @@ func (b *HistoryBroker) PublishAsync(topic string, msg []byte, done func(hub.Pos
 // and a wait for done: the two keep one order.
 func (b *HistoryBroker) Publish(topic string, msg []byte) error {
 	ch := make(chan error, 1)
-	if err := b.PublishAsync(topic, msg, func(_ hub.Position, err error) { ch <- err }); err != nil {
+	if err := b.PublishAsync(topic, msg, "", func(_ hub.Position, err error) { ch <- err }); err != nil {
 		return err
 	}
 	return <-ch
@@ -116,6 +119,7 @@ func (b *HistoryBroker) Close() error {
 type pending struct {
 	subject  string
 	data     []byte
+	id       string // the message ID the caller gave, if any
 	done     func(hub.Position, error)
 	deadline time.Time // given up when it has not been stored by then
 
@@ -208,7 +212,11 @@ func (p *publisher) take(x *pending) {
 	x.token = p.next
 	p.next++
 	tok := strconv.FormatUint(x.token, 10)
-	x.msg = &nats.Msg{Subject: x.subject, Reply: b.replyPrefix + tok, Data: x.data, Header: nats.Header{jetstream.MsgIDHeader: {b.id + "-" + tok}}}
+	id := x.id
+	if id == "" {
+		id = b.id + "-" + tok
+	}
+	x.msg = &nats.Msg{Subject: x.subject, Reply: b.replyPrefix + tok, Data: x.data, Header: nats.Header{jetstream.MsgIDHeader: {id}}}
 	p.win = append(p.win, x)
 	q := p.topics[x.subject]
 	if len(q) == 0 {

@@ -1,6 +1,7 @@
 package gustnats
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"testing"
@@ -29,7 +30,7 @@ func TestHistoryPublishAsyncDuringOutage(t *testing.T) {
 	go func() {
 		defer close(returned)
 		for i := range n {
-			if err := b.PublishAsync(fmt.Sprint("room", i%3), []byte(fmt.Sprint(i)), o.done(i)); err != nil {
+			if err := b.PublishAsync(fmt.Sprint("room", i%3), []byte(fmt.Sprint(i)), "", o.done(i)); err != nil {
 				t.Error(err)
 			}
 		}
@@ -70,9 +71,9 @@ func TestHistoryPublishQueueBound(t *testing.T) {
 
 	var o orderOf
 	for i := range 4 {
-		require.NoError(t, b.PublishAsync("room", []byte(fmt.Sprint(i)), o.done(i)))
+		require.NoError(t, b.PublishAsync("room", []byte(fmt.Sprint(i)), "", o.done(i)))
 	}
-	require.ErrorIs(t, b.PublishAsync("room", []byte("over"), o.done(4)), ErrQueueFull)
+	require.ErrorIs(t, b.PublishAsync("room", []byte("over"), "", o.done(4)), ErrQueueFull)
 	require.ErrorIs(t, b.Publish("room", []byte("over")), ErrQueueFull)
 
 	startJetStream(t, port, dir)
@@ -93,7 +94,7 @@ func TestHistoryPublishTimeout(t *testing.T) {
 	stopNATS(t, ns, b)
 	var o orderOf
 	for i := range 3 {
-		require.NoError(t, b.PublishAsync("room", []byte(fmt.Sprint(i)), o.done(i)))
+		require.NoError(t, b.PublishAsync("room", []byte(fmt.Sprint(i)), "", o.done(i)))
 	}
 	waitFor(t, "every done", func() bool { return o.len() == 3 })
 	require.Equal(t, []int{0, 1, 2}, o.ids)
@@ -114,7 +115,7 @@ func TestHistoryCloseReportsPending(t *testing.T) {
 			stopNATS(t, ns, b)
 			var o orderOf
 			for i := range 3 {
-				require.NoError(t, b.PublishAsync("room", []byte(fmt.Sprint(i)), o.done(i)))
+				require.NoError(t, b.PublishAsync("room", []byte(fmt.Sprint(i)), "", o.done(i)))
 			}
 			if how == "Close" {
 				require.NoError(t, b.Close())
@@ -126,7 +127,7 @@ func TestHistoryCloseReportsPending(t *testing.T) {
 			for _, r := range o.res {
 				require.ErrorIs(t, r.err, ErrClosed)
 			}
-			require.ErrorIs(t, b.PublishAsync("room", nil, nil), ErrClosed)
+			require.ErrorIs(t, b.PublishAsync("room", nil, "", nil), ErrClosed)
 			require.ErrorIs(t, b.Publish("room", nil), ErrClosed)
 		})
 	}
@@ -166,7 +167,7 @@ func BenchmarkHistoryPublish(b *testing.B) {
 					continue
 				}
 				slots <- struct{}{}
-				if err := tb.PublishAsync(topic, msg, done); err != nil {
+				if err := tb.PublishAsync(topic, msg, "", done); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -176,4 +177,35 @@ func BenchmarkHistoryPublish(b *testing.B) {
 			b.StopTimer()
 		})
 	}
+}
+
+// A message handed over again with the same id within the duplicate window
+// is stored once, and both get its position, from this broker or another
+// instance's (a page that resends through another instance after its
+// first one died).
+func TestHistoryPublishAsyncSameID(t *testing.T) {
+	ns := startJetStream(t, 0, t.TempDir())
+	a := newTestBroker(t, ns.ClientURL(), nil)
+	b := newTestBroker(t, ns.ClientURL(), nil)
+	send := func(tb *testBroker, id, msg string) hub.Position {
+		t.Helper()
+		ch := make(chan result, 1)
+		require.NoError(t, tb.PublishAsync("room", []byte(msg), id, func(pos hub.Position, err error) { ch <- result{pos, err} }))
+		r := waitResult(t, ch)
+		require.NoError(t, r.err)
+		return r.pos
+	}
+	first := send(a, "alice-1", "hello")
+	require.Equal(t, first, send(a, "alice-1", "hello"))
+	require.Equal(t, first, send(b, "alice-1", "hello"), "through another instance")
+	second := send(b, "alice-2", "again")
+	require.Greater(t, second.Seq, first.Seq)
+	var got []string
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, a.History(ctx, "room", 0, func(r hub.Record) error {
+		got = append(got, string(r.Msg))
+		return nil
+	}))
+	require.Equal(t, []string{"hello", "again"}, got)
 }

@@ -105,7 +105,7 @@ type result struct {
 func publishAsync(t *testing.T, b *testBroker, topic, msg string) chan result {
 	t.Helper()
 	ch := make(chan result, 1)
-	require.NoError(t, b.PublishAsync(topic, []byte(msg), func(pos hub.Position, err error) { ch <- result{pos, err} }))
+	require.NoError(t, b.PublishAsync(topic, []byte(msg), "", func(pos hub.Position, err error) { ch <- result{pos, err} }))
 	return ch
 }
 
