@@ -38,8 +38,18 @@
 // is presence (hub.Presence, across instances with -nats), sent straight to
 // the page, not numbered: {"type":"welcome","room","name","members"} on
 // connecting, then {"type":"join"|"leave","room","name"} as members come and
-// go (a name in two tabs is one member). Messages from the page are JSON:
-// {"text": "..."}.
+// go (a name in two tabs is one member). Messages from the page are JSON,
+// {"id": "...", "text": "..."}, the id one the page made for the message
+// (at most 64 bytes); once the history keeps the message the server
+// answers {"ack": ID, "seq": N, "epoch": E}. The page keeps what it sent
+// until it is acknowledged and sends it again, in order, when it
+// reconnects: the Hub stores a message once per id within its duplicate
+// window (hub.Hub.PublishOnce, 2 min), so a message written to an instance
+// that died before storing it is stored when the page resends it, and one
+// it stored is not stored twice. A sender's messages keep its order: the
+// page resends what waits before anything new, and a frozen instance that
+// wakes up and publishes a copy late (within the window) has it refused as
+// a duplicate.
 package main
 
 import (
@@ -76,6 +86,7 @@ const (
 	maxName = 32
 	maxRoom = 64
 	maxText = 2000
+	maxID   = 64
 )
 
 // chat is the server: a Hub with one topic per room, and who is in which.
@@ -261,6 +272,7 @@ func (ch *chat) OnOpen(c *gust.Conn) {
 func (ch *chat) OnMessage(c *gust.Conn, m *gust.Message) {
 	defer m.Close()
 	var in struct {
+		ID   string `json:"id"`
 		Text string `json:"text"`
 	}
 	if m.Opcode != gust.OpText || json.Unmarshal(m.Data, &in) != nil {
@@ -268,14 +280,38 @@ func (ch *chat) OnMessage(c *gust.Conn, m *gust.Message) {
 		return
 	}
 	text := strings.TrimSpace(in.Text)
-	if text == "" {
-		return
-	}
 	if len(text) > maxText {
 		text = strings.ToValidUTF8(text[:maxText], "")
 	}
 	name, room := who(c)
-	ch.publish(event{Type: "message", Room: room, Name: name, Text: text})
+	e := event{Type: "message", Room: room, Name: name, Text: text, Time: time.Now().UnixMilli()}
+	b, _ := json.Marshal(e)
+	switch {
+	case in.ID == "" && text == "":
+	case in.ID == "":
+		if err := ch.hub.Publish(room, gust.OpText, b); err != nil {
+			log.Printf("chat: publish to %q: %v", room, err)
+		}
+	case len(in.ID) > maxID || text == "":
+		c.Close(4000, "a message id is 1 to 64 bytes, its text not empty")
+	default:
+		// Stored once per id, however many times the page sends it; the
+		// acknowledgement tells the page it may stop resending.
+		err := ch.hub.PublishOnce(room, gust.OpText, b, name+"/"+in.ID, func(pos hub.Position, err error) {
+			if err != nil {
+				return // not acknowledged: the page sends it again when it reconnects
+			}
+			ack, _ := json.Marshal(struct {
+				Ack   string `json:"ack"`
+				Seq   uint64 `json:"seq"`
+				Epoch string `json:"epoch"`
+			}{in.ID, pos.Seq, pos.Epoch})
+			c.WriteAsync(gust.OpText, ack, nil)
+		})
+		if err != nil {
+			log.Printf("chat: publish to %q: %v", room, err)
+		}
+	}
 }
 
 func (ch *chat) OnClose(c *gust.Conn, err error) {
@@ -285,14 +321,6 @@ func (ch *chat) OnClose(c *gust.Conn, err error) {
 	}
 	if err := ch.presence.Leave(room, name); err != nil {
 		log.Printf("chat: leave %q: %v", room, err)
-	}
-}
-
-func (ch *chat) publish(e event) {
-	e.Time = time.Now().UnixMilli()
-	b, _ := json.Marshal(e)
-	if err := ch.hub.Publish(e.Room, gust.OpText, b); err != nil {
-		log.Printf("chat: publish to %q: %v", e.Room, err)
 	}
 }
 

@@ -55,6 +55,12 @@ func TestChatRecoversInChromium(t *testing.T) {
 	bob.say(t, "before")
 	alice.waitText(t, "#log", "bob: before")
 
+	// A freezes (SIGSTOP): what alice says goes into its socket and is
+	// never read, never stored, never acknowledged; then A dies. Her page
+	// keeps the message and sends it again once it is back.
+	a.signal(t, syscall.SIGSTOP)
+	alice.say(t, "while frozen")
+	alice.waitFor(t, "the message pending", func() bool { return alice.data(t, "pending") == "1" })
 	a.kill(t)
 	alice.waitState(t, "reconnecting")
 	bob.waitText(t, "#log", "alice left") // A's presence expired: no ghost
@@ -69,18 +75,21 @@ func TestChatRecoversInChromium(t *testing.T) {
 	alice.waitFor(t, "a recovery", func() bool { return alice.data(t, "recovered") != recovered })
 	alice.waitText(t, "#log", "bob: while away 2")
 	bob.waitText(t, "#members", "alice\nbob")
+	bob.waitText(t, "#log", "alice: while frozen") // resent, stored once
+	alice.waitFor(t, "its acknowledgement", func() bool { return alice.data(t, "pending") == "0" })
 	bob.say(t, "after")
 	alice.waitText(t, "#log", "bob: after")
 
 	log := alice.text(t, "#log")
 	at := -1
-	for _, said := range []string{"bob: before", "bob: while away 1", "bob: while away 2", "bob: after"} {
+	for _, said := range []string{"bob: before", "bob: while away 1", "bob: while away 2", "alice: while frozen", "bob: after"} {
 		require.Equal(t, 1, strings.Count(log, said), "%q in alice's log:\n%s", said, log)
 		i := strings.Index(log, said)
 		require.Greater(t, i, at, "%q out of order in alice's log:\n%s", said, log)
 		at = i
 	}
 	require.NotContains(t, log, "could not be recovered")
+	require.Equal(t, 1, strings.Count(bob.text(t, "#log"), "alice: while frozen"), "kept once")
 	dir := os.Getenv("GUST_TEST_OUTPUT")
 	if dir == "" {
 		dir = filepath.Join(os.TempDir(), "gust-chat-test")
@@ -201,6 +210,14 @@ func (in *instance) start(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// signal sends the process sig (SIGSTOP freezes it).
+func (in *instance) signal(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	require.NoError(t, in.cmd.Process.Signal(sig))
 }
 
 // kill ends the process with SIGKILL: no close frames, no presence goodbye.
