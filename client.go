@@ -303,10 +303,9 @@ func (d *dialer) transport(ctx context.Context, nc net.Conn, u *url.URL, target 
 	if d.http2 {
 		cfg.NextProtos = []string{"h2", "http/1.1"}
 	}
-	if d.cfg.Netpoll {
-		nc = netpoll.Wrap(nc) // which the event loops can move to their socket
-	}
-	tc := tls.Client(nc, cfg)
+	// Over an Under, which the event loops can move to their socket, and
+	// which follows the records, for MessageTimeout.
+	tc := tls.Client(netpoll.Wrap(nc), cfg)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		return nil, err
 	}

@@ -87,10 +87,11 @@ func (c *Conn) takeRead() {
 }
 
 // putRead gives c's read state back to the pool when it is idle; c is
-// about to park.
+// about to park. A TLS record in progress keeps it: its bound
+// (messageLeft) counts from its first wait.
 func (c *Conn) putRead() {
 	rd := c.rd
-	if rd == nil || !rd.idle() {
+	if rd == nil || !rd.idle() || c.tr.inRecord() {
 		return
 	}
 	*rd = readState{}

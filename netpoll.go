@@ -138,10 +138,11 @@ func (lc *loopConn) park() bool {
 	c := (*Conn)(lc)
 	s := c.sock()
 	c.rd.shrink()
-	if left, ok := c.rd.messageLeft(c.cfg.MessageTimeout); ok && !c.rd.armed {
-		// The message in progress has its bound (Options.MessageTimeout):
-		// wake c then. Left in place once the message ends, a wake-up for
-		// an earlier message finds nothing overdue and parks c again.
+	if left, ok := c.messageLeft(); ok && !c.rd.armed {
+		// The message or TLS record in progress has its bound
+		// (Options.MessageTimeout): wake c then. Left in place once the
+		// message ends, a wake-up for an earlier message finds nothing
+		// overdue and parks c again.
 		s.WakeAfter(left, (*loopConn)(c))
 		c.rd.armed = true
 	}
@@ -220,7 +221,8 @@ func (c *Conn) sock() *netpoll.Sock {
 	return nil
 }
 
-func (lc *loopConn) direct() bool { return true }
+func (lc *loopConn) direct() bool   { return true }
+func (lc *loopConn) inRecord() bool { return false }
 
 func (lc *loopConn) read(dst []byte, try bool) (buf *[]byte, n int, again bool, err error) {
 	c := (*Conn)(lc)
@@ -261,7 +263,8 @@ func (lc *loopConn) write(p []byte, try bool) (int, error) {
 // reads without waiting and keeps what the socket does not take.
 type tlsLoop Conn
 
-func (t *tlsLoop) direct() bool { return true }
+func (t *tlsLoop) direct() bool   { return true }
+func (t *tlsLoop) inRecord() bool { return netpoll.UnderOf(t.conn).InRecord() }
 
 func (t *tlsLoop) read(dst []byte, try bool) (buf *[]byte, n int, again bool, err error) {
 	c := (*Conn)(t)

@@ -44,6 +44,11 @@ type Options struct {
 	// frames) fails the connection with 1008, and OnClose's error wraps
 	// os.ErrDeadlineExceeded. Default 90s, in which 16 MiB arrive at
 	// 190 KB/s: raise it with MaxMessageSize. Negative turns it off.
+	// It bounds a TLS record that has begun the same way, on the TLS gust
+	// makes ([Server.ServeTLS], wss:// Dials): crypto/tls holds a record's
+	// bytes (up to 17 KiB) until it is whole, whatever the frames inside.
+	// TLS made elsewhere (net/http's) hides its records from gust: there
+	// PingInterval ends a peer that stops inside one.
 	MessageTimeout time.Duration
 
 	// StreamThreshold, when positive, hands a message larger than this many

@@ -865,12 +865,18 @@ func clockMS() uint32 {
 	return 1
 }
 
-// messageLeft returns how long the message in progress may still take of
-// its bound (Options.MessageTimeout), counted from the first time it waited
-// for bytes, which it records; ok is false when no bound applies.
-func (rd *readState) messageLeft(bound time.Duration) (left time.Duration, ok bool) {
-	t := bound.Truncate(time.Millisecond)
-	if t <= 0 || !rd.inMessage() {
+// messageLeft returns how long the message in progress, or the TLS record
+// crypto/tls holds part of (transport.inRecord), may still take of its
+// bound (Options.MessageTimeout), counted from the first time it waited for
+// bytes, which it records; ok is false when no bound applies.
+func (c *Conn) messageLeft() (left time.Duration, ok bool) {
+	rd := c.rd
+	t := c.cfg.MessageTimeout.Truncate(time.Millisecond)
+	if t <= 0 {
+		return 0, false
+	}
+	if !rd.inMessage() && !c.tr.inRecord() {
+		rd.since = 0 // the next message or record starts afresh
 		return 0, false
 	}
 	now := clockMS()
@@ -882,14 +888,15 @@ func (rd *readState) messageLeft(bound time.Duration) (left time.Duration, ok bo
 
 // boundMessage is called before a read, which may wait: in the middle of
 // a frame or a message it fails the connection once the message has taken
-// Options.MessageTimeout, and otherwise bounds the wait to come. In
-// goroutine mode the socket's read deadline does; a connection parked in
-// netpoll mode is woken instead (park). The bound is left in
-// place when the message ends, so that messages which keep coming do not
-// set it at each read: one that fires for an earlier message is set again
-// (overdue).
+// Options.MessageTimeout, and otherwise bounds the wait to come; so it does
+// in the middle of a TLS record, before each read crypto/tls makes inside
+// its own Read (recordBound). In goroutine mode the socket's read deadline
+// does; a connection parked in netpoll mode is woken instead (park). The
+// bound is left in place when the message ends, so that messages which
+// keep coming do not set it at each read: one that fires for an earlier
+// message is set again (overdue).
 func (c *Conn) boundMessage() error {
-	left, ok := c.rd.messageLeft(c.cfg.MessageTimeout)
+	left, ok := c.messageLeft()
 	switch {
 	case !ok:
 		return nil
@@ -918,7 +925,7 @@ func (c *Conn) overdue(err error) error {
 	if !rd.armed || !errors.Is(err, os.ErrDeadlineExceeded) || c.sock() != nil {
 		return err
 	}
-	if left, ok := c.rd.messageLeft(c.cfg.MessageTimeout); ok && left <= 0 {
+	if left, ok := c.messageLeft(); ok && left <= 0 {
 		return messageTimeout(c.cfg.MessageTimeout)
 	}
 	u := rd.readDL.Load()

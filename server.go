@@ -113,11 +113,11 @@ func (s *Server) ServeTLS(ln net.Listener, certFile, keyFile string) error {
 	return s.serveTLS(ln, cfg)
 }
 
+// serveTLS makes its *tls.Conns over netpoll.Unders in either mode: in
+// netpoll mode the loops take them, and in both the Under follows the
+// records, which MessageTimeout bounds.
 func (s *Server) serveTLS(ln net.Listener, cfg *tls.Config) error {
-	if s.config().Netpoll {
-		ln = netpoll.Listener(ln)
-	}
-	return s.Serve(tls.NewListener(ln, cfg))
+	return s.Serve(tls.NewListener(netpoll.Listener(ln), cfg))
 }
 
 // tlsConfig is a copy of TLSConfig with the certificate files added.

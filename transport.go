@@ -20,7 +20,12 @@ import (
 //     an idle connection waits for bytes without a read buffer and a write
 //     arms WriteTimeout only when it must wait;
 //   - netConnTransport: any other net.Conn (TLS, an HTTP/2 stream, a
-//     wrapper), through its Read and Write.
+//     wrapper), through its Read and Write; tlsTransport, the TLS gust made
+//     over a netpoll.Under, in goroutine mode.
+//
+// The TLS gust makes (Server.ServeTLS, wss:// Dials) is made over a
+// netpoll.Under in either mode, which follows crypto/tls's records: a
+// record that has begun is bounded as a message is (boundMessage).
 type transport interface {
 	// read reads once into p or, when p is nil (direct transports only),
 	// into a pooled buffer of idleReadSize bytes it takes once bytes have
@@ -35,10 +40,18 @@ type transport interface {
 	// direct reports whether the transport reaches the descriptor: a read
 	// may wait without a buffer, and a read or a write may try.
 	direct() bool
+	// inRecord reports whether a layer under the WebSocket (crypto/tls)
+	// holds part of a record it read, which it gives up only whole: the
+	// next read waits for its rest (messageLeft).
+	inRecord() bool
 }
 
 // chooseTransport returns c's transport for its net.Conn.
 func (c *Conn) chooseTransport() transport {
+	u := netpoll.UnderOf(c.conn)
+	if u != nil {
+		u.SetBounder((*recordBound)(c)) // before adopt: a loop may read c at once
+	}
 	if c.cfg.Netpoll && (*loopConn)(c).adopt() {
 		if c.conn != c.sock() {
 			return (*tlsLoop)(c)
@@ -47,6 +60,9 @@ func (c *Conn) chooseTransport() transport {
 	}
 	if t := newRawTransport(c); t != nil {
 		return t
+	}
+	if u != nil {
+		return (*tlsTransport)(c)
 	}
 	return (*netConnTransport)(c)
 }
@@ -96,7 +112,36 @@ func (t *netConnTransport) write(p []byte, try bool) (int, error) {
 	return c.conn.Write(p)
 }
 
-func (t *netConnTransport) direct() bool { return false }
+func (t *netConnTransport) direct() bool   { return false }
+func (t *netConnTransport) inRecord() bool { return false }
+
+// tlsTransport is the transport of a TLS connection gust made over a
+// netpoll.Under (Server.ServeTLS, Dial) in goroutine mode: netConnTransport's,
+// with reads through the Under, which follows crypto/tls's records and
+// bounds a read in the middle of one (recordBound).
+type tlsTransport Conn
+
+func (t *tlsTransport) read(p []byte, try bool) (*[]byte, int, bool, error) {
+	c := (*Conn)(t)
+	n, _, err := netpoll.UnderOf(c.conn).ReadThrough(c.conn, p, false)
+	return nil, n, false, err
+}
+
+func (t *tlsTransport) write(p []byte, try bool) (int, error) {
+	return (*netConnTransport)(t).write(p, try)
+}
+
+func (t *tlsTransport) direct() bool   { return false }
+func (t *tlsTransport) inRecord() bool { return netpoll.UnderOf(t.conn).InRecord() }
+
+// recordBound is a Conn as the netpoll.Under its TLS was made over sees it
+// (netpoll.Bounder): before each read crypto/tls makes of the connection,
+// the record in progress, if any, gets the bound of a message in progress
+// (boundMessage), which in goroutine mode sets the read deadline for the
+// wait inside crypto/tls's Read, and on a loop is kept for the park.
+type recordBound Conn
+
+func (b *recordBound) BoundRead() error { return (*Conn)(b).boundMessage() }
 
 // armTimeout sets nc's write deadline before a direct write waits: d
 // (WriteTimeout) from now, or SetWriteDeadline's deadline when it comes
@@ -147,7 +192,8 @@ func newRawTransport(c *Conn) transport {
 	return t
 }
 
-func (t *rawTransport) direct() bool { return true }
+func (t *rawTransport) direct() bool   { return true }
+func (t *rawTransport) inRecord() bool { return false }
 
 func (t *rawTransport) read(dst []byte, try bool) (*[]byte, int, bool, error) {
 	buf, n, again, err := t.Raw.Read(dst, t.c.cfg.idleReadSize(), try)

@@ -23,18 +23,32 @@ import (
 //     keeps the part of a record it has, and reads on at its next call;
 //   - a write takes p whole: what the socket does not take at once is kept,
 //     in order, for the next WriteThrough (or Close) to write.
+//
+// Before or after Adopt, the Under follows the record framing of what the
+// layer reads (InRecord), and asks a Bounder before each read during a
+// ReadThrough: crypto/tls holds a record that has begun until its rest
+// comes, inside a Read that would otherwise wait for it for ever.
 type Under struct {
 	nc net.Conn
 	s  atomic.Pointer[Sock] // set by Adopt
 
-	// The reader's, during ReadThrough.
-	try     bool // reads do not wait
-	drained bool // the last read took all there was, and no event came since (the caller parks)
+	// The reader's.
+	try     bool    // during ReadThrough: reads do not wait
+	through bool    // ReadThrough is reading: ask bound
+	drained bool    // the last read took all there was, and no event came since (the caller parks)
+	rec     records // what the layer has read, in records
+	bound   Bounder // see SetBounder
 
 	mu   sync.Mutex
 	out  *[]byte // kept writes, not yet on the socket; nil when none
 	hold bool    // WriteThrough is writing through the layer: keep every write, it flushes them together
 }
+
+// A Bounder bounds the reads an Under makes during a ReadThrough: Under
+// calls BoundRead before each, on the reader's goroutine, and an error it
+// returns is the read's (the layer returns it). It may set a read deadline
+// for the read to come, as the record in progress (InRecord) needs.
+type Bounder interface{ BoundRead() error }
 
 // ErrWouldBlock is a read's error when nothing has arrived during a
 // ReadThrough with try set: a net.Error whose Timeout and Temporary are
@@ -102,16 +116,25 @@ func (u *Under) Adopt(register func(*Sock) error) error {
 // Sock returns the Sock u was moved to, or nil.
 func (u *Under) Sock() *Sock { return u.s.Load() }
 
+// SetBounder sets the Bounder of the reads during ReadThrough; nil for none.
+// Nothing may read through u meanwhile.
+func (u *Under) SetBounder(b Bounder) { u.bound = b }
+
+// InRecord reports whether the bytes the layer has read stop inside a TLS
+// record: it holds part of one, and needs the rest before it gives
+// anything more. Only the reader may ask.
+func (u *Under) InRecord() bool { return u.rec.begun() }
+
 // ReadThrough reads into p through r, the layer over u; with try set, u's
 // reads do not wait, and again reports that the layer needs bytes that
 // have not arrived: it holds no record whole, and the caller may park.
 func (u *Under) ReadThrough(r io.Reader, p []byte, try bool) (n int, again bool, err error) {
-	u.try = try
+	u.try, u.through = try, true
 	if !try {
 		u.drained = false
 	}
 	n, err = r.Read(p)
-	u.try = false
+	u.try, u.through = false, false
 	switch {
 	case n > 0:
 		return n, false, nil // an error comes again at the next read
@@ -127,9 +150,16 @@ func (u *Under) ReadThrough(r io.Reader, p []byte, try bool) (n int, again bool,
 // that may not wait fails at once, since bytes that came since have left
 // an event that resumes the caller once it parks.
 func (u *Under) Read(p []byte) (int, error) {
+	if u.through && u.bound != nil {
+		if err := u.bound.BoundRead(); err != nil {
+			return 0, err
+		}
+	}
 	s := u.s.Load()
 	if s == nil {
-		return u.nc.Read(p)
+		n, err := u.nc.Read(p)
+		u.rec.add(p[:n])
+		return n, err
 	}
 	if u.try && u.drained {
 		u.drained = false
@@ -144,6 +174,7 @@ func (u *Under) Read(p []byte) (int, error) {
 	case err != nil:
 		return 0, s.OpError("read", err)
 	}
+	u.rec.add(p[:n])
 	u.drained = u.try && n < len(p) && !s.PeerEnded()
 	return n, nil
 }
