@@ -6,6 +6,14 @@
 //	go run ./examples/client                       # type lines, see them echoed
 //	go run ./examples/client -url wss://example.com/ws -subprotocol chat.v1 \
 //		-compress -H 'Authorization: Bearer t0ken'
+//	go run ./examples/client -url wss://127.0.0.1:8443/ws -cacert ca.pem
+//
+// A wss:// server's certificate is verified against the system's roots, or
+// against the CA certificates of -cacert alone (a PEM file: the way to
+// trust a self-signed certificate, or a test CA). -insecure skips the
+// verification altogether, for a throwaway test server only: anyone on the
+// path can then read and change the connection, and the client says so on
+// standard error.
 //
 // Received text messages are printed as "< text", binary ones as
 // "< binary: " and their bytes in hex. At the end of standard input (Ctrl-D,
@@ -18,6 +26,8 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"flag"
@@ -76,6 +86,31 @@ func main() {
 	os.Exit(run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
+// clientTLS returns the TLS configuration -insecure or -cacert asks for,
+// nil for the default (the system's roots).
+func clientTLS(url string, insecure bool, caCert string) (*tls.Config, error) {
+	if !insecure && caCert == "" {
+		return nil, nil
+	}
+	switch {
+	case !strings.HasPrefix(url, "wss://"):
+		return nil, errors.New("-insecure and -cacert apply to wss:// URLs only")
+	case insecure && caCert != "":
+		return nil, errors.New("-insecure and -cacert together: -cacert verifies the certificate, -insecure does not")
+	case insecure:
+		return &tls.Config{InsecureSkipVerify: true}, nil
+	}
+	pemBytes, err := os.ReadFile(caCert)
+	if err != nil {
+		return nil, fmt.Errorf("-cacert: %w", err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pemBytes) {
+		return nil, fmt.Errorf("-cacert: no PEM certificate in %s", caCert)
+	}
+	return &tls.Config{RootCAs: roots}, nil
+}
+
 // run is the client: main with its arguments, streams and signals passed in.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("client", flag.ContinueOnError)
@@ -87,6 +122,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	fs.Var(headerFlag(header), "H", `a request header, "Name: value" (repeatable)`)
 	timeout := fs.Duration("timeout", 10*time.Second, "bound on the handshake")
 	linger := fs.Duration("linger", time.Second, "how long to wait for replies after the end of stdin, before closing")
+	insecure := fs.Bool("insecure", false, "wss:// only: do not verify the server's certificate (INSECURE: for a test server only)")
+	caCert := fs.String("cacert", "", "wss:// only: a PEM `file` of CA certificates to trust, in place of the system's")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -94,9 +131,19 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprintf(stderr, "client: unexpected arguments %q; the URL goes in -url\n", fs.Args())
 		return 2
 	}
+	tlsConfig, err := clientTLS(*url, *insecure, *caCert)
+	if err != nil {
+		fmt.Fprintln(stderr, "client:", err)
+		return 2
+	}
+	if *insecure {
+		fmt.Fprintln(stderr, "client: WARNING: -insecure: the server's certificate is NOT verified; "+
+			"anyone on the path can read and change this connection")
+	}
 	opts := &gust.DialOptions{
-		Header:  header,
-		Options: gust.Options{Compression: gust.CompressionOptions{Enabled: *compress}},
+		Header:    header,
+		TLSConfig: tlsConfig,
+		Options:   gust.Options{Compression: gust.CompressionOptions{Enabled: *compress}},
 	}
 	if *subprotocols != "" {
 		opts.Subprotocols = strings.Split(*subprotocols, ",")

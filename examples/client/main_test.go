@@ -3,9 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gustws/gust"
+	"github.com/gustws/gust/internal/selfsigned"
 )
 
 type echo struct{ gust.BuiltinEventHandler }
@@ -129,4 +134,77 @@ func TestClientRefused(t *testing.T) {
 	require.Contains(t, stderr.String(), "go away")
 
 	require.Equal(t, 2, run(context.Background(), []string{"-H", "no colon"}, strings.NewReader(""), &stdout, &stderr))
+}
+
+// TestClientTLS runs the client against a gust Server whose certificate is
+// self-signed: refused by default, accepted with -cacert and that
+// certificate (quietly), and with -insecure (with a warning on stderr);
+// -cacert with another CA is refused. Misused flags exit with status 2.
+func TestClientTLS(t *testing.T) {
+	cert, err := selfsigned.Cert(nil, "127.0.0.1")
+	require.NoError(t, err)
+	s := &gust.Server{Upgrader: gust.Upgrader{Handler: echo{}}, TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	served := make(chan error, 1)
+	go func() { served <- s.ServeTLS(ln, "", "") }()
+	defer func() {
+		require.NoError(t, s.Close())
+		require.ErrorIs(t, <-served, gust.ErrServerClosed)
+	}()
+	url := "wss://" + ln.Addr().String() + "/ws"
+
+	dir := t.TempDir()
+	writePEM := func(name string, c tls.Certificate) string {
+		certPEM, _, err := selfsigned.PEM(c)
+		require.NoError(t, err)
+		path := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(path, certPEM, 0o600))
+		return path
+	}
+	other, err := selfsigned.Cert(nil, "127.0.0.1")
+	require.NoError(t, err)
+	notPEM := filepath.Join(dir, "empty.pem")
+	require.NoError(t, os.WriteFile(notPEM, []byte("no certificate here\n"), 0o600))
+
+	const warning = "WARNING: -insecure"
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		code   int    // the exit status
+		stderr string // what stderr holds
+		echoed bool   // the line came back
+	}{
+		{"verified by default: refused", []string{"-url", url}, 1, "certificate", false},
+		{"-cacert with the certificate", []string{"-url", url, "-cacert", writePEM("ca.pem", cert)}, 0, "connected to", true},
+		{"-cacert with another CA", []string{"-url", url, "-cacert", writePEM("other.pem", other)}, 1, "certificate", false},
+		{"-insecure", []string{"-url", url, "-insecure"}, 0, warning, true},
+		{"-insecure on ws://", []string{"-url", "ws://127.0.0.1:1/ws", "-insecure"}, 2, "wss:// URLs only", false},
+		{"-cacert on ws://", []string{"-url", "ws://127.0.0.1:1/ws", "-cacert", notPEM}, 2, "wss:// URLs only", false},
+		{"both", []string{"-url", url, "-insecure", "-cacert", notPEM}, 2, "together", false},
+		{"-cacert with no file", []string{"-url", url, "-cacert", filepath.Join(dir, "missing.pem")}, 2, "no such file", false},
+		{"-cacert with no certificate", []string{"-url", url, "-cacert", notPEM}, 2, "no PEM certificate", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr syncBuffer
+			stdin, typing := io.Pipe()
+			code := make(chan int, 1)
+			go func() { code <- run(context.Background(), append(tc.args, "-linger", "0"), stdin, &stdout, &stderr) }()
+			if tc.echoed {
+				_, err := io.WriteString(typing, "over tls\n")
+				require.NoError(t, err)
+				require.Eventually(t, func() bool { return stdout.String() == "< over tls\n" }, 10*time.Second, 5*time.Millisecond,
+					"stdout %q, stderr %q", stdout.String(), stderr.String())
+			}
+			typing.Close()
+			require.Equal(t, tc.code, <-code, "stderr:\n%s", stderr.String())
+			require.Contains(t, stderr.String(), tc.stderr)
+			if tc.stderr != warning {
+				require.NotContains(t, stderr.String(), warning)
+			}
+			if !tc.echoed {
+				require.Empty(t, stdout.String())
+			}
+		})
+	}
 }
