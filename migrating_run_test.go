@@ -7,8 +7,12 @@ package gust_test
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -324,4 +328,194 @@ func TestMigratingBroadcastFastBesideSlow(t *testing.T) {
 			}
 		})
 	}
+}
+
+// chatter is a client that records the text messages it receives.
+type chatter struct {
+	gust.BuiltinEventHandler
+	got chan string
+}
+
+func (ch chatter) OnMessage(_ *gust.Conn, m *gust.Message) {
+	defer m.Close()
+	ch.got <- string(m.Data)
+}
+
+// next returns the next message ch received, or fails the test.
+func (ch chatter) next(t *testing.T) string {
+	t.Helper()
+	select {
+	case s := <-ch.got:
+		return s
+	case <-time.After(10 * time.Second):
+		t.Fatal("no message came")
+		return ""
+	}
+}
+
+func dialChatter(t *testing.T, url string, header http.Header) (*gust.Conn, chatter) {
+	t.Helper()
+	ch := chatter{got: make(chan string, 100)}
+	c, _, err := gust.Dial(context.Background(), url, ch, &gust.DialOptions{Header: header})
+	require.NoError(t, err)
+	go c.ReadLoop()
+	t.Cleanup(func() { c.CloseNow() })
+	return c, ch
+}
+
+// TestMigratingSessionPerConnection runs the guide's port of gorilla's
+// closure variables (session, roomUpgrader): one Event for every
+// connection, each connection's own values stored in OnRequest and read
+// back in its callbacks, in both modes.
+func TestMigratingSessionPerConnection(t *testing.T) {
+	t.Parallel()
+	for _, netpoll := range []bool{false, true} {
+		t.Run(map[bool]string{false: "goroutine", true: "netpoll"}[netpoll], func(t *testing.T) {
+			t.Parallel()
+			upgrader := roomUpgrader()
+			upgrader.Options.Netpoll = netpoll
+			ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if c, err := upgrader.Upgrade(w, r); err == nil {
+					c.ReadLoop()
+				}
+			}))
+			t.Cleanup(ts.Close)
+			url := "ws" + strings.TrimPrefix(ts.URL, "http")
+			ann, annGot := dialChatter(t, url+"/?room=blue", http.Header{"X-User": {"ann"}})
+			bob, bobGot := dialChatter(t, url+"/?room=red", http.Header{"X-User": {"bob"}})
+			for i := 1; i <= 2; i++ {
+				require.NoError(t, ann.WriteString("hi"))
+				require.Equal(t, fmt.Sprintf("ann in blue: message %d", i), annGot.next(t))
+			}
+			require.NoError(t, bob.WriteString("hi"))
+			require.Equal(t, "bob in red: message 1", bobGot.next(t))
+		})
+	}
+}
+
+// eventOrder is a server's Event that records what happened, in order.
+type eventOrder struct {
+	gust.BuiltinEventHandler
+	events chan string
+}
+
+func (o eventOrder) OnOpen(*gust.Conn) { o.events <- "open" }
+
+func (o eventOrder) OnMessage(c *gust.Conn, m *gust.Message) {
+	defer m.Close()
+	o.events <- "message " + string(m.Data)
+	c.WriteString("got " + string(m.Data))
+}
+
+// TestMigratingWriteBeforeReadLoop runs the guide's serveChat, which
+// writes between Upgrade and ReadLoop, in both modes: the welcome reaches
+// the client before the handler calls ReadLoop (join waits for the
+// client's answer to it), and the answer, sent while nothing read, is
+// dispatched once ReadLoop runs, after OnOpen.
+func TestMigratingWriteBeforeReadLoop(t *testing.T) {
+	t.Parallel()
+	for _, netpoll := range []bool{false, true} {
+		t.Run(map[bool]string{false: "goroutine", true: "netpoll"}[netpoll], func(t *testing.T) {
+			t.Parallel()
+			o := eventOrder{events: make(chan string, 10)}
+			upgrader := &gust.Upgrader{Handler: o, Options: gust.Options{Netpoll: netpoll}}
+			answered := make(chan struct{})
+			join := func(c *gust.Conn) {
+				select { // ReadLoop has not run: the welcome went out without it
+				case <-answered:
+				case <-time.After(10 * time.Second):
+					t.Error("the client never got the welcome")
+				}
+			}
+			ts := httptest.NewServer(serveChat(upgrader, join))
+			t.Cleanup(ts.Close)
+			client, got := dialChatter(t, "ws"+strings.TrimPrefix(ts.URL, "http"), nil)
+			require.Equal(t, "welcome", got.next(t))
+			require.NoError(t, client.WriteString("hello"))
+			close(answered)
+			require.Equal(t, "open", <-o.events)
+			require.Equal(t, "message hello", <-o.events)
+			require.Equal(t, "got hello", got.next(t))
+		})
+	}
+}
+
+// gatedListener's connections count their writes once armed, and hold the
+// first one until released.
+type gatedListener struct {
+	net.Listener
+	conns chan *gatedConn
+}
+
+func (l gatedListener) Accept() (net.Conn, error) {
+	nc, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	g := &gatedConn{Conn: nc, entered: make(chan struct{}), release: make(chan struct{})}
+	l.conns <- g
+	return g, nil
+}
+
+type gatedConn struct {
+	net.Conn
+	armed, hold      atomic.Bool
+	writes           atomic.Int32 // since armed
+	entered, release chan struct{}
+}
+
+func (g *gatedConn) Write(p []byte) (int, error) {
+	if g.armed.Load() {
+		g.writes.Add(1)
+		if g.hold.CompareAndSwap(true, false) {
+			close(g.entered)
+			<-g.release
+		}
+	}
+	return g.Conn.Write(p)
+}
+
+// connOpener is a server's Event that hands over each Conn as it opens.
+type connOpener struct {
+	gust.BuiltinEventHandler
+	opened chan *gust.Conn
+}
+
+func (o connOpener) OnOpen(c *gust.Conn) { o.opened <- c }
+
+// TestMigratingRelayGathersQueuedMessages runs the guide's relay, which
+// replaces gorilla's writePump joining queued messages with newlines: the
+// messages queued while a write is in progress leave together in the next
+// write, and each reaches the client as a message of its own, newlines and
+// all.
+func TestMigratingRelayGathersQueuedMessages(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	gl := gatedListener{Listener: ln, conns: make(chan *gatedConn, 1)}
+	o := connOpener{opened: make(chan *gust.Conn, 1)}
+	srv := &gust.Server{Upgrader: gust.Upgrader{Handler: o}}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(gl) }()
+	t.Cleanup(func() {
+		srv.Close()
+		require.ErrorIs(t, <-served, gust.ErrServerClosed)
+	})
+	_, got := dialChatter(t, "ws://"+ln.Addr().String()+"/", nil)
+	g, c := <-gl.conns, <-o.opened
+
+	msgs := [][]byte{[]byte("first")}
+	for i := range 9 {
+		msgs = append(msgs, fmt.Appendf(nil, "message %d\nwith a line of its own", i))
+	}
+	g.hold.Store(true)
+	g.armed.Store(true)
+	require.NoError(t, relay(c, msgs[:1]))
+	<-g.entered // the outbox's writer is writing the first message, held
+	require.NoError(t, relay(c, msgs[1:]))
+	close(g.release)
+	for _, m := range msgs {
+		require.Equal(t, string(m), got.next(t))
+	}
+	require.Equal(t, int32(2), g.writes.Load(), "the nine queued behind the first left in one write")
 }

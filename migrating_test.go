@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log"
 	"log/slog"
 	"net"
@@ -51,7 +52,7 @@ func TestMigratingSnippetsCompile(t *testing.T) {
 var _ = []any{
 	chatHandler{}, migrateUpgrader, migrateDial, migrateHeldConn, api{},
 	migrateGwsUpgrader, migrateGwsAuthorize, migrateGwsServer, keeper{}, slowAPI{},
-	clientCompression, loggerFor,
+	clientCompression, loggerFor, roomUpgrader, serveChat, relay,
 }
 
 // --- from gorilla/websocket ---
@@ -110,6 +111,49 @@ func migrateHeldConn(handler gust.Event, held net.Conn) (*gust.Conn, error) {
 		},
 	})
 	return c, err
+}
+
+// gorilla: user, room := r.Header.Get("X-User"), r.URL.Query().Get("room")
+// after Upgrade, and the read loop closed over them.
+type session struct {
+	user, room string
+	received   int // only the callbacks touch it: no lock (unless Options.Parallel)
+}
+
+func sessionOf(c *gust.Conn) *session {
+	v, _ := c.Get("session")
+	return v.(*session)
+}
+
+type roomHandler struct{ gust.BuiltinEventHandler } // one for every connection
+
+func (roomHandler) OnMessage(c *gust.Conn, m *gust.Message) {
+	defer m.Close()
+	s := sessionOf(c)
+	s.received++
+	c.WriteString(fmt.Sprintf("%s in %s: message %d", s.user, s.room, s.received))
+}
+
+func roomUpgrader() *gust.Upgrader {
+	return &gust.Upgrader{
+		Handler: roomHandler{},
+		OnRequest: func(r *http.Request, h http.Header, c *gust.Conn) error {
+			c.Set("session", &session{user: r.Header.Get("X-User"), room: r.URL.Query().Get("room")})
+			return nil
+		},
+	}
+}
+
+func serveChat(upgrader *gust.Upgrader, join func(c *gust.Conn)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		c, err := upgrader.Upgrade(w, r)
+		if err != nil {
+			return
+		}
+		c.WriteString("welcome") // sent now; an error ends c, and ReadLoop tells OnClose
+		join(c)                  // gorilla: hub.register <- client; what c's peer sends meanwhile waits
+		c.ReadLoop()             // OnOpen, then OnMessage for what came meanwhile
+	}
 }
 
 type request struct {
@@ -171,6 +215,19 @@ func broadcast(conns []*gust.Conn, pm *gust.PreparedMessage) {
 			log.Printf("%v: too slow, closed with 1008", c.RemoteAddr()) // OnClose follows
 		} // else nil, or net.ErrClosed for one closing or gone: drop it in OnClose
 	}
+}
+
+// gorilla's writePump: w := c.conn.NextWriter(...); w.Write(msg); then
+// for each message waiting in c.send, w.Write(newline); w.Write(<-c.send).
+// gust: one WriteAsync per message; those that queue up behind a write in
+// progress leave with the next one, in one system call, each its own frame.
+func relay(c *gust.Conn, msgs [][]byte) error {
+	for _, msg := range msgs {
+		if err := c.WriteAsync(gust.OpText, msg, nil); err != nil {
+			return err // ErrQueueFull, or net.ErrClosed once c has ended
+		}
+	}
+	return nil
 }
 
 // --- from lxzan/gws ---
