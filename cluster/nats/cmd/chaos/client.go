@@ -5,60 +5,164 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
+	"slices"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/gustws/gust"
+	"github.com/gustws/gust/hub"
 )
 
-// The phases of a run, for the pauses and disconnections seen in each.
+// clientKind tells what a client is there for.
+type clientKind uint8
+
 const (
-	phaseConnect  = iota // clients connect and recover; nothing published
-	phaseBefore          // publishing, all instances up
-	phaseInstance        // one instance killed
-	phaseNATS            // nats-server stopped and started again
-	phaseDrain           // publishing over; waiting for the last messages
-	phases
+	regular clientKind = iota // one of -clients: joined with nothing kept before the first publish
+	forged                    // joined in the forged phase with a since made up (forgery says how)
+	watcher                   // follows an instance's beat topic, to see what it published late
 )
 
-var phaseNames = [phases]string{"connect", "publishing", "after the instance kill", "after the NATS restart", "drain"}
-
-// client is one WebSocket client: it connects to an instance, keeps the
-// last sequence it received, and on a disconnection connects to another
-// with it.
+// client is one WebSocket client. It follows the client's rule: it keeps
+// the epoch of the last recovered or gap notice and the sequence of the
+// last message, passes them back (since=EPOCH:SEQ) when it connects again,
+// and on a gap notice with reset drops what it kept of the topic and
+// expects the history anew from its start: a new segment.
 type client struct {
 	gust.BuiltinEventHandler
-	r     *runner
-	id    int
-	topic int
+	r       *runner
+	id      int
+	kind    clientKind
+	topic   int    // regular and forged: the publisher's topic; watcher: the instance
+	name    string // the topic's name
+	since   string // forged: the position it first joins with
+	forgery string // forged: which lie
 
 	mu          sync.Mutex
 	conn        *gust.Conn
-	home        int // the instance of conn, or of the last one
-	tally       tally
+	home        int      // the instance of conn, or of the last one
+	joined      bool     // dialed once: a forged client lies once
+	epoch       string   // of the last recovered or gap notice
+	seg         *segment // what it keeps now; nil before anything came
+	segs        []*segment
+	fresh       bool // dialed keeping nothing: the next message begins a segment
+	resets      []resetNote
 	live        bool      // conn has sent its recovered notice
 	downAt      time.Time // the disconnection under recovery; zero when none
-	recoveries  []time.Duration
-	disconnects [phases]int
+	downPhase   int
+	recoveries  []recovery
+	disconnects []int // by phase
 	failedDials int
-	gaps        uint64
-	foreign     uint64 // messages of another topic, or unreadable
+	gaps        []uint64 // gap notices without reset, by phase
+	foreign     uint64   // messages of another topic, or unreadable
 	lastArrival time.Time
-	maxPause    [phases]time.Duration // the longest time between two messages
-	recoveredAt time.Time             // the last recovered notice
-	duplicated  [phases]uint64
+	maxPause    []time.Duration // by phase: the longest time between two messages
+	recoveredAt time.Time       // the last recovered notice
+	duplicated  []uint64        // by phase
+	outOfOrder  []uint64        // by phase
+	late        []lateBeat      // watcher: beats that came more than a second after they were published
 }
 
-// frame is a message of hub.FrameJSON: a message, a gap or a recovered
-// notice; the publisher's payloads are {"n":K}.
+type resetNote struct {
+	epoch string
+	at    time.Time
+	phase int
+}
+
+type recovery struct {
+	phase int // of the disconnection
+	d     time.Duration
+}
+
+type lateBeat struct {
+	phase int
+	d     time.Duration
+}
+
+// segment is what a client keeps of its topic's history from where it
+// began: its first join, a connection made keeping nothing, or a reset.
+type segment struct {
+	epoch        string // "" until a notice names it
+	began        time.Time
+	reset        bool // begun by a gap notice with reset
+	recovered    time.Time
+	kAtRecovered uint64 // the highest counter received before that notice
+	switched     uint64 // recovered notices naming another epoch than the segment's, without a reset
+
+	seen     bitset    // counters received
+	arrivals []arrival // in the order received
+	lastSeq  uint64
+	maxK     uint64
+
+	ended        bool
+	endedAt      time.Time
+	endedBy      string // the epoch of the reset that ended it; "" for a connection made keeping nothing
+	endedByReset bool
+}
+
+// arrival is a message as a client got it: the publisher's counter and the
+// sequence the history gave it (both well below 2^32 in a run).
+type arrival struct{ k, seq uint32 }
+
+// maxCounter bounds the counters a client believes: more is not the
+// publisher's.
+const maxCounter = 1 << 24
+
+// message counts the message numbered seq carrying counter k, and reports
+// whether it is a duplicate (its counter again) or out of order (a
+// sequence or counter lower than one before).
+func (s *segment) message(seq, k uint64) (dup, outOfOrder bool) {
+	switch {
+	case s.seen.has(k):
+		dup = true
+	case seq <= s.lastSeq || k < s.maxK:
+		outOfOrder = true
+	}
+	s.seen.set(k)
+	s.arrivals = append(s.arrivals, arrival{uint32(k), uint32(min(seq, 1<<32-1))})
+	s.lastSeq = max(s.lastSeq, seq)
+	s.maxK = max(s.maxK, k)
+	return dup, outOfOrder
+}
+
+// bitset is a set of small numbers: the counters of a topic's messages.
+type bitset []uint64
+
+func (b *bitset) set(n uint64) {
+	i := int(n / 64)
+	if i >= len(*b) {
+		*b = slices.Grow(*b, i+1-len(*b))[:i+1]
+	}
+	(*b)[i] |= 1 << (n % 64)
+}
+
+func (b bitset) has(n uint64) bool {
+	i := int(n / 64)
+	return i < len(b) && b[i]&(1<<(n%64)) != 0
+}
+
+// frame is a message of hub.FrameJSON: a message, a gap (with reset) or a
+// recovered notice; the publisher's payloads are {"n":K}, an instance's
+// beats {"n":K,"at":MICROSECONDS}.
 type frame struct {
 	Topic     string  `json:"topic"`
 	Seq       uint64  `json:"seq"`
 	Gap       *uint64 `json:"gap"`
 	Recovered *uint64 `json:"recovered"`
+	Epoch     string  `json:"epoch"`
+	Reset     bool    `json:"reset"`
 	Data      struct {
-		N uint64 `json:"n"`
+		N  uint64 `json:"n"`
+		At int64  `json:"at"`
 	} `json:"data"`
+}
+
+func newClient(r *runner, id int, kind clientKind, topic int, name string, home int) *client {
+	n := len(r.phases)
+	return &client{r: r, id: id, kind: kind, topic: topic, name: name, home: home,
+		disconnects: make([]int, n), gaps: make([]uint64, n), maxPause: make([]time.Duration, n),
+		duplicated: make([]uint64, n), outOfOrder: make([]uint64, n)}
 }
 
 func (cl *client) OnMessage(_ *gust.Conn, m *gust.Message) {
@@ -66,35 +170,82 @@ func (cl *client) OnMessage(_ *gust.Conn, m *gust.Message) {
 	err := json.Unmarshal(m.Data, &f)
 	m.Close()
 	now := time.Now()
-	phase := cl.r.phase.Load()
+	phase := int(cl.r.phase.Load())
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	switch {
-	case err != nil || f.Topic != topicName(cl.topic):
+	case err != nil || f.Topic != cl.name:
 		cl.foreign++
+	case f.Gap != nil && f.Reset:
+		// Drop what was kept: the history starts over from here.
+		cl.resets = append(cl.resets, resetNote{f.Epoch, now, phase})
+		cl.begin(f.Epoch, now, true)
+		cl.epoch = f.Epoch
 	case f.Gap != nil:
-		cl.gaps++
+		cl.gaps[phase]++
+		cl.epoch = f.Epoch
+		cl.r.logOdd(fmt.Sprintf("client %d (%s, instance %d): a gap notice without reset after seq %d", cl.id, f.Topic, cl.home, *f.Gap))
 	case f.Recovered != nil:
+		if cl.seg == nil || cl.fresh {
+			cl.begin("", now, false)
+		}
+		s := cl.seg
+		switch {
+		case s.epoch == "":
+			s.epoch = f.Epoch
+		case s.epoch != f.Epoch:
+			s.switched++
+			cl.r.logOdd(fmt.Sprintf("client %d (%s, instance %d): recovered in epoch %s, keeping %s, without a reset", cl.id, f.Topic, cl.home, f.Epoch, s.epoch))
+		}
+		cl.epoch = f.Epoch
+		if s.recovered.IsZero() {
+			s.recovered, s.kAtRecovered = now, s.maxK
+		}
 		cl.live, cl.recoveredAt = true, now
 		if !cl.downAt.IsZero() {
-			cl.recoveries = append(cl.recoveries, now.Sub(cl.downAt))
+			cl.recoveries = append(cl.recoveries, recovery{cl.downPhase, now.Sub(cl.downAt)})
 			cl.downAt = time.Time{}
 		}
-	case f.Data.N == 0:
+	case f.Data.N == 0 || f.Data.N > maxCounter:
 		cl.foreign++
 	default:
-		dup, last := cl.tally.duplicated, cl.tally.lastSeq
-		cl.tally.message(f.Seq, f.Data.N)
-		if cl.tally.duplicated > dup {
+		if cl.seg == nil || cl.fresh {
+			cl.begin("", now, false)
+		}
+		last := cl.seg.lastSeq
+		dup, ooo := cl.seg.message(f.Seq, f.Data.N)
+		if dup {
 			cl.duplicated[phase]++
-			cl.r.logDuplicate(fmt.Sprintf("client %d (%s, instance %d, %v after its recovered notice): #%d seq %d again, last seq %d",
+			cl.r.logOdd(fmt.Sprintf("duplicate: client %d (%s, instance %d, %v after its recovered notice): #%d seq %d again, last seq %d",
 				cl.id, f.Topic, cl.home, now.Sub(cl.recoveredAt).Round(time.Microsecond), f.Data.N, f.Seq, last))
 		}
-		if !cl.lastArrival.IsZero() {
-			cl.maxPause[phase] = max(cl.maxPause[phase], now.Sub(cl.lastArrival))
+		if ooo {
+			cl.outOfOrder[phase]++
+			cl.r.logOdd(fmt.Sprintf("out of order: client %d (%s, instance %d): #%d seq %d after seq %d", cl.id, f.Topic, cl.home, f.Data.N, f.Seq, last))
 		}
-		cl.lastArrival = now
+		if cl.kind == watcher && f.Data.At > 0 {
+			if d := now.Sub(time.UnixMicro(f.Data.At)); d > time.Second {
+				cl.late = append(cl.late, lateBeat{phase, d})
+			}
+		}
+		if cl.kind == regular {
+			if !cl.lastArrival.IsZero() {
+				cl.maxPause[phase] = max(cl.maxPause[phase], now.Sub(cl.lastArrival))
+			}
+			cl.lastArrival = now
+		}
 	}
+}
+
+// begin starts a new segment of epoch ("" when not known yet), ending the
+// current one.
+func (cl *client) begin(epoch string, now time.Time, reset bool) {
+	if s := cl.seg; s != nil && !s.ended {
+		s.ended, s.endedAt, s.endedBy, s.endedByReset = true, now, epoch, reset
+	}
+	cl.seg = &segment{epoch: epoch, began: now, reset: reset}
+	cl.segs = append(cl.segs, cl.seg)
+	cl.fresh = false
 }
 
 func (cl *client) OnClose(c *gust.Conn, _ error) {
@@ -110,6 +261,7 @@ func (cl *client) OnClose(c *gust.Conn, _ error) {
 	cl.live = false
 	if cl.downAt.IsZero() {
 		cl.downAt = time.Now()
+		cl.downPhase = int(cl.r.phase.Load())
 	}
 	cl.disconnects[cl.r.phase.Load()]++
 	cl.r.wg.Add(1) // by a counted goroutine: the read loop's
@@ -143,21 +295,39 @@ func (cl *client) reconnect() {
 	}
 }
 
-// dial connects to instance i, asking for the topic's messages after the
-// last sequence received, and starts the connection's read loop.
+// position is what the client passes back when it connects: the epoch of
+// the last notice and the sequence of the last message it keeps, or the
+// zero position ("") when it keeps none; a forged client's lie the first
+// time.
+func (cl *client) position() (since string, keepsNothing bool) {
+	switch {
+	case cl.kind == forged && !cl.joined:
+		return cl.since, false
+	case cl.seg == nil || cl.seg.lastSeq == 0:
+		return "", true
+	}
+	return hub.Position{Epoch: cl.epoch, Seq: cl.seg.lastSeq}.String(), false
+}
+
+// dial connects to instance i with the client's position and starts the
+// connection's read loop.
 func (cl *client) dial(i int) error {
 	cl.mu.Lock()
-	since := cl.tally.lastSeq
+	since, nothing := cl.position()
 	cl.mu.Unlock()
-	url := fmt.Sprintf("ws://%s/ws?topic=%s&since=%d", cl.r.addrs[i], topicName(cl.topic), since)
+	u := "ws://" + cl.r.addrs[i] + "/ws?topic=" + url.QueryEscape(cl.name) + "&since=" + url.QueryEscape(since)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, _, err := gust.Dial(ctx, url, cl, nil)
+	c, _, err := gust.Dial(ctx, u, cl, &gust.DialOptions{Options: gust.Options{PingInterval: cl.r.cfg.ClientPing}})
 	if err != nil {
 		return err
 	}
 	cl.mu.Lock()
-	cl.conn, cl.home = c, i
+	// Nothing is read before ReadLoop: the state is set for what comes.
+	cl.conn, cl.home, cl.joined = c, i, true
+	if nothing {
+		cl.fresh = true
+	}
 	cl.mu.Unlock()
 	cl.r.wg.Add(1)
 	go func() {
@@ -170,6 +340,17 @@ func (cl *client) dial(i int) error {
 	return nil
 }
 
+// drop cuts the client's connection without a close handshake, as a
+// network failure would: it reconnects (the burst phase).
+func (cl *client) drop() {
+	cl.mu.Lock()
+	c := cl.conn
+	cl.mu.Unlock()
+	if c != nil {
+		c.CloseNow()
+	}
+}
+
 // close closes the client's connection, if any, for the end of the run.
 func (cl *client) close() {
 	cl.mu.Lock()
@@ -180,4 +361,18 @@ func (cl *client) close() {
 	}
 }
 
-func topicName(t int) string { return fmt.Sprintf("t%d", t) }
+// caughtUp tells whether the client is connected, recovered, in epoch and
+// has counter k (0: nothing to have).
+func (cl *client) caughtUp(epoch string, k uint64) bool {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if !cl.live || cl.seg == nil && k > 0 {
+		return false
+	}
+	if k == 0 {
+		return true
+	}
+	return cl.seg.epoch == epoch && cl.seg.seen.has(k)
+}
+
+func beatTopic(i int) string { return "beat-" + strconv.Itoa(i) }

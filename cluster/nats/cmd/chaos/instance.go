@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -26,15 +25,29 @@ import (
 
 // instanceStats is what an instance prints when it stops.
 type instanceStats struct {
-	Addr           string  `json:"addr"`
-	ConnectionsMax int64   `json:"connections_max"`
-	Subscribed     uint64  `json:"subscribed"` // SubscribeSince calls
-	Delivered      uint64  `json:"delivered"`
-	Dropped        uint64  `json:"dropped"`
-	ClosedSlow     uint64  `json:"closed_slow"`
-	NATSDisconnect int     `json:"nats_disconnects"`
-	NATSDownMax    float64 `json:"nats_down_max_ms"` // the longest time without NATS
-	Warnings       int64   `json:"warnings"`         // log records at Warn or above
+	Addr           string    `json:"addr"`
+	ConnectionsMax int64     `json:"connections_max"`
+	Subscribed     uint64    `json:"subscribed"` // SubscribeSince calls
+	Delivered      uint64    `json:"delivered"`
+	Dropped        uint64    `json:"dropped"`
+	ClosedSlow     uint64    `json:"closed_slow"`
+	Gaps           uint64    `json:"gaps"`   // gap notices sent, resets included
+	Resets         uint64    `json:"resets"` // gap notices with reset
+	NATSDisconnect int       `json:"nats_disconnects"`
+	NATSDownMax    float64   `json:"nats_down_max_ms"` // the longest time without NATS
+	Warnings       int64     `json:"warnings"`         // log records at Warn or above
+	Beats          beatStats `json:"beats"`
+}
+
+// beatStats counts what an instance published itself (-beat): handed to
+// Hub.Publish, stored, given up, and stored more than a second after it
+// was handed over.
+type beatStats struct {
+	Published uint64  `json:"published"`
+	Stored    uint64  `json:"stored"`
+	Failed    uint64  `json:"failed"`
+	Late      uint64  `json:"stored_late"`
+	StoreMax  float64 `json:"store_max_ms"`
 }
 
 // subscriber subscribes each connection to the topic of its request from
@@ -42,7 +55,6 @@ type instanceStats struct {
 type subscriber struct {
 	gust.BuiltinEventHandler
 	hub        *hub.Hub
-	epoch      func() string // the history's epoch, for a since without one
 	open, peak atomic.Int64
 	subscribed atomic.Uint64
 }
@@ -53,13 +65,14 @@ const (
 	keySince = "since"
 )
 
-// parseRequest reads /ws?topic=T&since=N.
+// parseRequest reads /ws?topic=T&since=EPOCH:SEQ (hub.ParsePosition's
+// form; empty: all that is kept).
 func parseRequest(r *http.Request, _ http.Header, c *gust.Conn) error {
 	q := r.URL.Query()
 	topic := q.Get("topic")
-	since, err := strconv.ParseUint(q.Get("since"), 10, 64)
+	since, err := hub.ParsePosition(q.Get("since"))
 	if topic == "" || err != nil {
-		return &gust.HandshakeError{Status: http.StatusBadRequest, Err: errors.New("want /ws?topic=T&since=N")}
+		return &gust.HandshakeError{Status: http.StatusBadRequest, Err: errors.New("want /ws?topic=T&since=EPOCH:SEQ")}
 	}
 	c.Set(keyTopic, topic)
 	c.Set(keySince, since)
@@ -72,13 +85,7 @@ func (s *subscriber) OnOpen(c *gust.Conn) {
 	}
 	topic, _ := c.Get(keyTopic)
 	since, _ := c.Get(keySince)
-	// The clients keep a sequence alone, of the history as it is now (the
-	// chaos phases do not make it start over).
-	pos := hub.Position{Epoch: s.epoch(), Seq: since.(uint64)}
-	if pos.Seq == 0 {
-		pos.Epoch = ""
-	}
-	if err := s.hub.SubscribeSince(c, topic.(string), pos); err != nil {
+	if err := s.hub.SubscribeSince(c, topic.(string), since.(hub.Position)); err != nil {
 		c.Close(gust.StatusInternalError, "subscribing")
 		return
 	}
@@ -147,6 +154,9 @@ func instanceMain(args []string) error {
 	addr := fs.String("addr", "127.0.0.1:0", "address to serve WebSocket clients on (port 0: any)")
 	natsURL := fs.String("nats", nats.DefaultURL, "NATS server URL")
 	outbox := fs.Int("outbox", 1024, "outbox size per connection (gust.Options.OutboxSize), with OutboxCloseSlow")
+	keep := fs.Int64("keep", 1000, "messages the history keeps per topic (gustnats.HistoryOptions.MaxPerTopic)")
+	beat := fs.Duration("beat", 0, "publish {\"n\":K,\"at\":MICROSECONDS} to topic -beat-topic this often (0: never)")
+	beatTopic := fs.String("beat-topic", "beat", "the topic of -beat")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -161,17 +171,18 @@ func instanceMain(args []string) error {
 	}
 	defer nc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	broker, err := gustnats.NewHistory(ctx, nc, nil)
+	broker, err := gustnats.NewHistory(ctx, nc, &gustnats.HistoryOptions{MaxPerTopic: *keep})
 	cancel()
 	if err != nil {
 		return err
 	}
-	h, err := hub.New(&hub.Options{Broker: broker, Logger: logger})
+	var beats beatCounter
+	h, err := hub.New(&hub.Options{Broker: &watchedBroker{broker, beats.stored}, Logger: logger})
 	if err != nil {
 		return err
 	}
 	defer h.Close()
-	sub := &subscriber{hub: h, epoch: broker.Epoch}
+	sub := &subscriber{hub: h}
 	srv := &gust.Server{Upgrader: gust.Upgrader{
 		Handler:   h.Wrap(sub),
 		OnRequest: parseRequest,
@@ -187,17 +198,26 @@ func instanceMain(args []string) error {
 
 	stop, unnotify := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer unnotify()
+	beating := make(chan struct{})
+	go func() {
+		defer close(beating)
+		if *beat > 0 {
+			beats.run(stop, h, *beatTopic, *beat)
+		}
+	}()
 	select {
 	case err := <-served:
 		return err
 	case <-stop.Done():
 	}
+	<-beating
 	st := h.Stats()
 	watch.mu.Lock()
 	out := instanceStats{
 		Addr: ln.Addr().String(), ConnectionsMax: sub.peak.Load(), Subscribed: sub.subscribed.Load(),
-		Delivered: st.Delivered, Dropped: st.Dropped, ClosedSlow: st.ClosedSlow,
+		Delivered: st.Delivered, Dropped: st.Dropped, ClosedSlow: st.ClosedSlow, Gaps: st.Gaps, Resets: st.Resets,
 		NATSDisconnect: watch.disconnects, NATSDownMax: ms(watch.longest), Warnings: warnings.Load(),
+		Beats: beats.snapshot(),
 	}
 	watch.mu.Unlock()
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -209,6 +229,82 @@ func instanceMain(args []string) error {
 	b, _ := json.Marshal(out)
 	fmt.Println(string(b))
 	return nil
+}
+
+// beatCounter publishes an instance's beats and counts what became of
+// them: a message an instance publishes just before it is frozen is sent,
+// or given up, only once it runs again.
+type beatCounter struct {
+	mu     sync.Mutex
+	st     beatStats
+	handed []time.Time // beat K handed over at handed[K-1]
+}
+
+func (b *beatCounter) run(ctx context.Context, h *hub.Hub, topic string, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for k := uint64(1); ; k++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		b.mu.Lock()
+		b.handed = append(b.handed, now)
+		b.st.Published++
+		b.mu.Unlock()
+		payload := fmt.Appendf(nil, `{"n":%d,"at":%d}`, k, now.UnixMicro())
+		if err := h.Publish(topic, gust.OpText, payload); err != nil {
+			b.mu.Lock()
+			b.st.Failed++
+			b.mu.Unlock()
+		}
+	}
+}
+
+// stored is the broker's report on a beat. A beat stored more than a
+// second after it was handed over, or given up, is told on stdout for the
+// driver: "late {"n":K,"handed":MICROSECONDS,"done":MICROSECONDS,"failed":BOOL}".
+func (b *beatCounter) stored(_ string, k uint64, _ hub.Position, err error) {
+	now := time.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if k == 0 || k > uint64(len(b.handed)) {
+		return
+	}
+	handed := b.handed[k-1]
+	d := now.Sub(handed)
+	switch {
+	case err != nil:
+		b.st.Failed++
+	case d > time.Second:
+		b.st.Stored++
+		b.st.Late++
+	default:
+		b.st.Stored++
+	}
+	if err == nil {
+		b.st.StoreMax = max(b.st.StoreMax, ms(d))
+	}
+	if err != nil || d > time.Second {
+		line, _ := json.Marshal(lateBeatLine{N: k, Handed: handed.UnixMicro(), Done: now.UnixMicro(), Failed: err != nil})
+		fmt.Printf("late %s\n", line)
+	}
+}
+
+// lateBeatLine is a beat an instance stored late, or gave up.
+type lateBeatLine struct {
+	N      uint64 `json:"n"`
+	Handed int64  `json:"handed"`
+	Done   int64  `json:"done"`
+	Failed bool   `json:"failed"`
+}
+
+func (b *beatCounter) snapshot() beatStats {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.st
 }
 
 // ms is d in milliseconds.

@@ -1,58 +1,106 @@
 // Command chaos is a chaos run of a gust cluster on NATS JetStream, to
-// check that clients lose nothing when an instance dies or the NATS server
-// restarts (issue 27): history and recovery (hub.Hub.SubscribeSince,
-// gustnats.NewHistory) under failure, with numbers a user can repeat.
+// check what clients get when an instance dies or freezes, the NATS server
+// restarts with its store or loses it, every client reconnects at once, or
+// a client lies about where it is (issues 27 and 34): history and recovery
+// (hub.Hub.SubscribeSince, gustnats.NewHistory) under failure, with
+// numbers a user can repeat.
 //
-//	chaos run [-clients 3000 -topics 100 -rate 1000 ...]
+//	chaos run [-clients 3000 -topics 100 -rate 1000 -phases ... ]
 //
 // starts a NATS server with JetStream storing in a temporary directory
 // (the nats-server binary given with -nats-server, else this binary as
 // "chaos nats", the same server embedded), then -instances gust server
-// processes (this binary as "chaos instance"), then -clients WebSocket
-// clients in its own process, -clients/-topics per topic, a topic's
-// clients spread over the instances. Each client connects to
-// /ws?topic=T&since=0 and keeps the last sequence it received. Once every
-// client has its recovered notice, a publisher (a Hub with its own NATS
-// connection and a HistoryBroker, in the driver's process, one goroutine
-// per topic) publishes -rate messages a second round-robin over the
-// topics, each payload {"n":K}, K counting the topic's messages from 1.
-// The schedule, each step -phase long: publish; kill -9 one instance (its
-// clients reconnect to the next live instance with since = their last
-// sequence, with backoff from 50 ms doubling to 1 s, with jitter); publish;
-// stop nats-server (SIGKILL by default, -nats-signal TERM for a clean
-// stop), start it again after -nats-down on the same port and store;
-// publish; stop publishing. The publisher catches up with its schedule
-// after the outage. With -overlap the instance is killed once nats-server
-// has stopped instead, so that its clients recover on instances that are
-// away from NATS. The driver then waits (at most -drain) until every
-// client has the last message published to its topic, and checks.
+// processes (this binary as "chaos instance", each on a port below the
+// ephemeral range so that it can be started again on it), then -clients
+// WebSocket clients in its own process, -clients/-topics per topic, a
+// topic's clients spread over the instances, and a watcher of each
+// instance's own topic (below) on the next instance.
 //
-// What it reports (a JSON object on stdout, a Markdown table with -md):
-// messages published (Hub.Publish returned nil) and publish errors (the
-// message may or may not be stored: not counted as lost if missing, nor
-// as duplicated if it arrives); delivered (messages the clients received,
-// replays included); lost (for each client, the messages published to its
-// topic that it never received: all are, as every client subscribed
-// before the first); duplicated (a message received twice: the same
-// sequence, or the same counter under a new sequence); out of order (a
-// sequence or counter lower than one received before); gap notices;
-// recovery time (from a client's disconnection to its recovered notice)
-// p50/p99/max over the disconnections; publish latency, overall and while
-// NATS was restarting; the longest pause between two messages a client saw
-// in each phase; the instances' Hub counters, NATS outages and warnings.
-// The log tells the first 20 duplicates: which client, how long after its
-// recovered notice, which sequence.
-// It exits 1 unless lost, duplicated, out of order, gaps and messages for
-// another topic are all 0 and every client recovered and got its topic's
-// last message.
+// The clients follow the client's rule of hub.Hub.SubscribeSince: a client
+// connects to /ws?topic=T&since=EPOCH:SEQ (empty the first time), keeps
+// the epoch of the last recovered or gap notice and the sequence of the
+// last message, and passes them back when it reconnects (to the next
+// instance up, backoff 50 ms doubling to 1 s with jitter; -client-ping, a
+// heartbeat, cuts an instance that went silent); on a gap notice with
+// reset it drops what it kept and expects the history anew from its start.
+// What it gets of one history, from its first join or a reset on, is a
+// segment, checked on its own.
 //
-//	chaos instance -addr 127.0.0.1:0 -nats nats://127.0.0.1:4222
+// Once every client has its recovered notice, a publisher (a Hub with its
+// own NATS connection and a HistoryBroker, in the driver's process, one
+// goroutine per topic) publishes -rate messages a second round-robin over
+// the topics, each payload {"n":K}, K counting the topic's messages from
+// 1, and learns from the broker where the stream stored each (epoch and
+// sequence) or that it gave it up: Hub.Publish returns once the message is
+// queued. Each instance publishes {"n":K,"at":MICROSECONDS} to a topic of
+// its own every -beat, and says on stdout which of those it stored more
+// than a second after it published them, or gave up.
 //
-// is one gust server: a Hub whose Broker is a gustnats.HistoryBroker (the
-// defaults: file storage, 1,000 messages kept per topic), connections with
-// OutboxCloseSlow; a client connects to /ws?topic=T&since=N and the
-// handler calls Hub.SubscribeSince(c, T, N). It prints "ready ADDR" once
-// it listens; on SIGTERM it shuts down and prints its counters as JSON.
+// The schedule: -phase of publishing, then each phase of -phases, in this
+// order, makes its event happen and is followed by -phase of publishing:
+//
+//   - kill: kill -9 of instance -kill; its clients reconnect to the others
+//     (with -overlap, in phase nats instead, while nats-server is down, so
+//     that they recover on instances away from NATS);
+//   - nats: nats-server stopped (-nats-signal, SIGKILL by default) and
+//     started again -nats-down later on the same port and store;
+//   - burst: every client's connection cut at once: all reconnect;
+//   - empty: nats-server stopped and started again on an empty store, the
+//     instances left running: the stream is made again, a new epoch;
+//   - empty-restart: the same, every instance killed with it and started
+//     again, on its port, once nats-server is back;
+//   - freeze: the instance holding the most clients (or -freeze-instance)
+//     stopped with SIGSTOP for -freeze, then SIGCONT; its clients time out
+//     and reconnect elsewhere, or stay;
+//   - forged: -forged members of each kind join with a since the history
+//     never gave: its epoch and the topic's last sequence + 10^9, its epoch
+//     and 2^64-1, a made-up epoch, an epoch the run lost, no epoch.
+//
+// Then publishing stops; the driver waits for the broker's report on every
+// message, and (at most -drain) until every client has the last message
+// stored in its topic in the history's epoch, and checks.
+//
+// What it reports (a JSON object on stdout, Markdown tables with -md), in
+// all and per phase: messages handed over, stored and failed, the longest
+// time publishes kept failing and how many failed outside the store's
+// outages (from the stop to -grace after JetStream answered again), store
+// latency; disconnections, recovery time (disconnection to recovered
+// notice) p50/p99/max; per client and segment, messages lost (stored in
+// the segment's epoch and never received, counted against what the
+// history held when the client came back: -keep per topic; for an epoch
+// whose store was lost, up to the last message the client got — the rest
+// is gone with the store, and a client that missed one stored more than
+// -grace before the loss was muted), duplicated (a counter twice in a
+// segment), out of order (a lower sequence or counter), received at
+// another epoch or sequence than stored at; gap notices, resets, and
+// resets that no loss of the store explains; for the phases that lose the
+// store, the clients told to reset into the new epoch and those that got
+// its messages; the longest pause between two messages; the instances'
+// own messages that reached a client late, and those the frozen instance
+// stored late or gave up; for phase forged, by kind, the members told to
+// reset first, recovered, and that got live messages after; each
+// instance's Hub counters and NATS outages. The log tells the first 40 odd
+// things (duplicates, messages out of order, lost, gaps, epochs changing
+// without a reset).
+//
+// It exits 1 unless nothing is lost, duplicated, out of order, misnumbered
+// or of another topic, no gap notice without reset and no reset that no
+// loss explains came, no client was muted, every client was told to reset
+// into each new epoch and got its messages, every forged member was told
+// to reset first and got the kept history and live messages, no publish
+// failed outside the store's outages (and -grace after) and the broker
+// reported on all, and every client is back and has its topic's last
+// message.
+//
+//	chaos instance -addr 127.0.0.1:PORT -nats nats://127.0.0.1:4222 [-beat 100ms -beat-topic beat-0]
+//
+// is one gust server: a Hub whose Broker is a gustnats.HistoryBroker (file
+// storage, -keep messages kept per topic), connections with
+// OutboxCloseSlow; a client connects to /ws?topic=T&since=EPOCH:SEQ
+// (hub.ParsePosition's form) and the handler calls Hub.SubscribeSince(c,
+// T, since). It prints "ready ADDR" once it listens, "late {...}" for each
+// of its own messages stored late or given up, and on SIGTERM shuts down
+// and prints its counters as JSON.
 //
 //	chaos nats -addr 127.0.0.1:4222 -sd DIR
 //

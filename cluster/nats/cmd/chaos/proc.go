@@ -20,6 +20,8 @@ type proc struct {
 	log  *os.File
 	done chan struct{} // closed once it has exited and its stdout is read
 
+	killed bool // by the driver, with SIGKILL: it printed no counters
+
 	mu    sync.Mutex
 	lines []string
 	ready chan string // the first "ready ..." line's rest
@@ -83,6 +85,16 @@ func (p *proc) waitReady(ctx context.Context, d time.Duration) (string, error) {
 	}
 }
 
+// exited tells whether the process has exited.
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // signal sends sig, unless the process has exited.
 func (p *proc) signal(sig syscall.Signal) {
 	select {
@@ -106,12 +118,29 @@ func (p *proc) stop(sig syscall.Signal, d time.Duration) bool {
 	}
 }
 
-// lastLine returns the last line the process printed.
-func (p *proc) lastLine() string {
+// lastLine returns the last line the process printed that begins with
+// prefix.
+func (p *proc) lastLine(prefix string) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.lines) == 0 {
-		return ""
+	for i := len(p.lines) - 1; i >= 0; i-- {
+		if strings.HasPrefix(p.lines[i], prefix) {
+			return p.lines[i]
+		}
 	}
-	return p.lines[len(p.lines)-1]
+	return ""
+}
+
+// linesAfter returns what follows prefix in each line the process printed
+// that begins with it.
+func (p *proc) linesAfter(prefix string) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for _, l := range p.lines {
+		if rest, ok := strings.CutPrefix(l, prefix); ok {
+			out = append(out, rest)
+		}
+	}
+	return out
 }

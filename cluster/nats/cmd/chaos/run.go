@@ -7,11 +7,14 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -23,55 +26,105 @@ import (
 
 // config is what chaos run's flags set.
 type config struct {
-	Instances  int           `json:"instances"`
-	Clients    int           `json:"clients"`
-	Topics     int           `json:"topics"`
-	Rate       float64       `json:"rate"`
-	Phase      time.Duration `json:"-"`
-	NATSDown   time.Duration `json:"-"`
-	NATSSignal string        `json:"nats_signal"`
-	Drain      time.Duration `json:"-"`
-	Kill       int           `json:"killed_instance"`
-	Overlap    bool          `json:"overlap"`
-	Outbox     int           `json:"outbox"`
-	NATSServer string        `json:"-"`
-	NATSPort   int           `json:"-"`
-	Port       int           `json:"-"`
-	Work       string        `json:"-"`
-	MD         string        `json:"-"`
+	Instances      int           `json:"instances"`
+	Clients        int           `json:"clients"`
+	Topics         int           `json:"topics"`
+	Rate           float64       `json:"rate"`
+	Phases         string        `json:"phases"`
+	Phase          time.Duration `json:"-"`
+	NATSDown       time.Duration `json:"-"`
+	NATSSignal     string        `json:"nats_signal"`
+	Drain          time.Duration `json:"-"`
+	Kill           int           `json:"killed_instance"`
+	Overlap        bool          `json:"overlap"`
+	Freeze         time.Duration `json:"-"`
+	FreezeInstance int           `json:"freeze_instance"`
+	Forged         int           `json:"forged_per_kind"`
+	Keep           int64         `json:"keep"`
+	ClientPing     time.Duration `json:"-"`
+	Beat           time.Duration `json:"-"`
+	Grace          time.Duration `json:"-"`
+	Outbox         int           `json:"outbox"`
+	NATSServer     string        `json:"-"`
+	NATSPort       int           `json:"-"`
+	Port           int           `json:"-"`
+	Work           string        `json:"-"`
+	MD             string        `json:"-"`
 }
+
+// phaseOrder is every phase a run may take after the first publishing
+// one, in the order they run.
+var phaseOrder = []string{"kill", "nats", "burst", "empty", "empty-restart", "freeze", "forged"}
 
 func (c *config) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Instances, "instances", 3, "gust server processes")
 	fs.IntVar(&c.Clients, "clients", 3000, "WebSocket clients, spread evenly over the topics, a topic's over the instances")
 	fs.IntVar(&c.Topics, "topics", 100, "topics")
 	fs.Float64Var(&c.Rate, "rate", 1000, "messages published a second, round-robin over the topics")
-	fs.DurationVar(&c.Phase, "phase", 10*time.Second, "publishing before the instance kill, between it and the NATS restart, and after")
+	fs.StringVar(&c.Phases, "phases", strings.Join(phaseOrder, ","), "the phases to run after the first, in this order whatever the list's: "+strings.Join(phaseOrder, ", "))
+	fs.DurationVar(&c.Phase, "phase", 10*time.Second, "publishing before the first phase and after each one's event")
 	fs.DurationVar(&c.NATSDown, "nats-down", 2*time.Second, "how long nats-server stays stopped")
 	fs.StringVar(&c.NATSSignal, "nats-signal", "KILL", "how nats-server is stopped: KILL or TERM")
 	fs.DurationVar(&c.Drain, "drain", 30*time.Second, "how long to wait, after the last publish, for every client to have its topic's last message")
-	fs.IntVar(&c.Kill, "kill", 0, "the instance killed with SIGKILL, from 0")
-	fs.BoolVar(&c.Overlap, "overlap", false, "kill the instance while nats-server is down, instead of a phase before: its clients recover on instances that are away from NATS")
+	fs.IntVar(&c.Kill, "kill", 0, "the instance killed with SIGKILL in phase kill, from 0")
+	fs.BoolVar(&c.Overlap, "overlap", false, "kill the instance while nats-server is down in phase nats, instead of in phase kill: its clients recover on instances that are away from NATS")
+	fs.DurationVar(&c.Freeze, "freeze", 10*time.Second, "how long phase freeze keeps the instance stopped (SIGSTOP)")
+	fs.IntVar(&c.FreezeInstance, "freeze-instance", -1, "the instance frozen in phase freeze (-1: the one holding the most clients then)")
+	fs.IntVar(&c.Forged, "forged", 20, "members joining in phase forged, of each kind of forged since")
+	fs.Int64Var(&c.Keep, "keep", 1000, "messages the history keeps per topic")
+	fs.DurationVar(&c.ClientPing, "client-ping", 2*time.Second, "the clients' heartbeat: a ping after this long without a frame, cut after as long again (0: none)")
+	fs.DurationVar(&c.Beat, "beat", 100*time.Millisecond, "each instance publishes to a topic of its own this often, to tell what a frozen instance publishes late (0: never)")
+	fs.DurationVar(&c.Grace, "grace", 3*time.Second, "how long after the store comes back a publish may still fail, and how long before it is lost a message may be stored and not reach a client")
 	fs.IntVar(&c.Outbox, "outbox", 1024, "the instances' outbox size per connection, with OutboxCloseSlow")
 	fs.StringVar(&c.NATSServer, "nats-server", "", "nats-server binary (default: this binary's embedded server, chaos nats)")
-	fs.IntVar(&c.NATSPort, "nats-port", 0, "nats-server's port on 127.0.0.1 (0: a free one)")
-	fs.IntVar(&c.Port, "port", 0, "the first instance's port on 127.0.0.1, the others the ports after it (0: free ones)")
+	fs.IntVar(&c.NATSPort, "nats-port", 0, "nats-server's port on 127.0.0.1 (0: a free one below the ephemeral range)")
+	fs.IntVar(&c.Port, "port", 0, "the first instance's port on 127.0.0.1, the others the ports after it (0: free ones below the ephemeral range)")
 	fs.StringVar(&c.Work, "work", "", "directory for the logs and the JetStream store (default: a temporary one, removed when the run passes)")
-	fs.StringVar(&c.MD, "md", "", "write the results as a Markdown table to this file")
+	fs.StringVar(&c.MD, "md", "", "write the results as Markdown tables to this file")
+}
+
+// selected returns the phases to run after the first, in phaseOrder.
+func (c *config) selected() ([]string, error) {
+	want := make(map[string]bool)
+	for _, name := range strings.Split(c.Phases, ",") {
+		if name = strings.TrimSpace(name); name == "" {
+			continue
+		}
+		if !slices.Contains(phaseOrder, name) {
+			return nil, fmt.Errorf("-phases: unknown phase %q: want some of %s", name, strings.Join(phaseOrder, ", "))
+		}
+		want[name] = true
+	}
+	var out []string
+	for _, name := range phaseOrder {
+		if want[name] {
+			out = append(out, name)
+		}
+	}
+	return out, nil
 }
 
 func (c *config) check() error {
+	phases, err := c.selected()
 	switch {
+	case err != nil:
+		return err
 	case c.Instances < 2:
 		return errors.New("-instances: at least 2, so that clients have another to go to")
 	case c.Topics < 1 || c.Clients < c.Topics:
 		return errors.New("want -topics >= 1 and at least one client per topic")
-	case c.Rate <= 0 || c.Phase <= 0 || c.NATSDown < 0 || c.Drain <= 0:
-		return errors.New("-rate, -phase and -drain must be positive, -nats-down not negative")
+	case c.Rate <= 0 || c.Phase <= 0 || c.NATSDown < 0 || c.Drain <= 0 || c.Freeze <= 0:
+		return errors.New("-rate, -phase, -freeze and -drain must be positive, -nats-down not negative")
+	case c.Keep < 1 || c.Forged < 0 || c.ClientPing < 0 || c.Beat < 0 || c.Grace < 0:
+		return errors.New("-keep must be positive; -forged, -client-ping, -beat and -grace not negative")
 	case c.NATSSignal != "KILL" && c.NATSSignal != "TERM":
 		return fmt.Errorf("-nats-signal %q: want KILL or TERM", c.NATSSignal)
 	case c.Kill < 0 || c.Kill >= c.Instances:
 		return fmt.Errorf("-kill %d: want 0 to %d", c.Kill, c.Instances-1)
+	case c.FreezeInstance >= c.Instances:
+		return fmt.Errorf("-freeze-instance %d: want -1 to %d", c.FreezeInstance, c.Instances-1)
+	case slices.Contains(phases, "freeze") && c.FreezeInstance == c.Kill && slices.Contains(phases, "kill") && !slices.Contains(phases, "empty-restart"):
+		return errors.New("-freeze-instance is the killed instance, which nothing starts again before phase freeze")
 	}
 	return nil
 }
@@ -83,23 +136,50 @@ type runner struct {
 	nats      *natsProc
 	instances []*proc
 	addrs     []string
-	clients   []*client
+	clients   []*client // regular ones first, then watchers, then forged ones as they join
 	pub       *publisher
 
-	phase    atomic.Int32
+	phases   []*phaseInfo  // connect, publishing, those selected, drain
+	phase    atomic.Int32  // index in phases
 	stopping atomic.Bool   // the clients no longer reconnect
 	stop     chan struct{} // closed with stopping
 	wg       sync.WaitGroup
 
-	marks map[string]time.Time // when each step happened
+	frozen  int                  // the instance phase freeze stops
+	epochs  []string             // the history's epochs, in order
+	lostAt  map[string]time.Time // epochs whose store was lost, and when
+	outages []outage
+	events  []event // what the driver did, when
 
-	duplicatesLogged atomic.Int32
+	odd atomic.Int32 // odd things logged
 }
 
-// logDuplicate logs the first 20 duplicates, to tell how they came.
-func (r *runner) logDuplicate(what string) {
-	if r.duplicatesLogged.Add(1) <= 20 {
-		log.Printf("chaos: duplicate: %s", what)
+// phaseInfo is a phase of the run: what happened in it, from when.
+type phaseInfo struct {
+	name       string
+	start, end time.Time
+	epoch      string // the history's epoch at its end
+	lost       string // the epoch whose store it lost, if it did
+	anew       string // the epoch the history started over in, if it did
+}
+
+// outage is nats-server stopped, from the stop signal until JetStream
+// answers again.
+type outage struct {
+	phase       int
+	stop, ready time.Time
+}
+
+type event struct {
+	at   time.Time
+	what string
+}
+
+// logOdd logs the first 40 odd things clients see (duplicates, messages
+// out of order, gaps, epochs without a reset), to tell how they came.
+func (r *runner) logOdd(what string) {
+	if r.odd.Add(1) <= 40 {
+		log.Printf("chaos: %s", what)
 	}
 }
 
@@ -131,7 +211,14 @@ func runMain(args []string) int {
 // run makes a chaos run and returns its result; an error means the run
 // could not be made (a process did not start, clients could not connect).
 func run(ctx context.Context, cfg config) (res *result, err error) {
-	r := &runner{cfg: cfg, stop: make(chan struct{}), marks: make(map[string]time.Time)}
+	selected, err := cfg.selected()
+	if err != nil {
+		return nil, err
+	}
+	r := &runner{cfg: cfg, stop: make(chan struct{}), lostAt: make(map[string]time.Time), frozen: cfg.FreezeInstance}
+	for _, name := range append(append([]string{"connect", "publishing"}, selected...), "drain") {
+		r.phases = append(r.phases, &phaseInfo{name: name})
+	}
 	if r.self, err = os.Executable(); err != nil {
 		return nil, err
 	}
@@ -153,25 +240,27 @@ func run(ctx context.Context, cfg config) (res *result, err error) {
 	}()
 	defer r.shutdown()
 
+	r.phases[0].start = time.Now()
 	if err := r.startNATS(ctx); err != nil {
 		return nil, err
 	}
-	if r.pub, err = newPublisher(r.nats.url, cfg.Topics); err != nil {
+	if r.pub, err = newPublisher(r.nats.url, cfg.Topics, cfg.Keep, filepath.Join(cfg.Work, "publisher.log"), func() int { return int(r.phase.Load()) }); err != nil {
 		return nil, err
 	}
+	r.epochs = append(r.epochs, r.pub.broker.Epoch())
 	if err := r.startInstances(ctx); err != nil {
 		return nil, err
 	}
 	if err := r.connectClients(ctx); err != nil {
 		return nil, err
 	}
-	if err := r.schedule(ctx); err != nil {
+	if err := r.schedule(ctx, selected); err != nil {
 		return nil, err
 	}
-	r.drain(ctx)
+	unreported := r.drain(ctx)
 	r.stopClients()
 	stats := r.stopInstances()
-	res = r.result(stats)
+	res = r.result(stats, unreported)
 	b, _ := json.Marshal(res)
 	fmt.Println(string(b))
 	if cfg.MD != "" {
@@ -184,7 +273,7 @@ func run(ctx context.Context, cfg config) (res *result, err error) {
 }
 
 // natsProc is the NATS server: a process stopped and started again on the
-// same port and store.
+// same port, on its store or on an empty one.
 type natsProc struct {
 	bin, self string
 	addr, url string
@@ -249,7 +338,20 @@ func jetStreamReady(ctx context.Context, url string) error {
 	return err
 }
 
+// freePort returns a port of 127.0.0.1 that nothing listens on, below the
+// ephemeral range: a process started again on it after a kill finds it
+// free, where a port of the range may meanwhile be a client socket's.
 func freePort() (int, error) {
+	low := ephemeralLow()
+	if low > 12000 {
+		for range 200 {
+			port := 10000 + rand.N(low-10000)
+			if ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err == nil {
+				ln.Close()
+				return port, nil
+			}
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
@@ -258,38 +360,99 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
+// ephemeralLow is the first port the kernel gives to client sockets.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 32768
+	}
+	n, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 32768
+	}
+	return n
+}
+
+// startInstances starts every instance on its own port and waits until
+// each listens.
 func (r *runner) startInstances(ctx context.Context) error {
+	r.instances = make([]*proc, r.cfg.Instances)
 	for i := range r.cfg.Instances {
-		addr := "127.0.0.1:0"
-		if r.cfg.Port != 0 {
-			addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(r.cfg.Port+i))
+		port := r.cfg.Port + i
+		if r.cfg.Port == 0 {
+			var err error
+			if port, err = freePort(); err != nil {
+				return err
+			}
+		}
+		r.addrs = append(r.addrs, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	}
+	return r.startAll(ctx)
+}
+
+// startAll starts the instances that are not running, on their addresses,
+// and waits until each listens.
+func (r *runner) startAll(ctx context.Context) error {
+	var started []int
+	for i, p := range r.instances {
+		if p != nil && !p.exited() {
+			continue
 		}
 		p, err := startProc(fmt.Sprintf("instance %d", i), filepath.Join(r.cfg.Work, fmt.Sprintf("instance%d.log", i)),
-			r.self, "instance", "-addr", addr, "-nats", r.nats.url, "-outbox", strconv.Itoa(r.cfg.Outbox))
+			r.self, "instance", "-addr", r.addrs[i], "-nats", r.nats.url, "-outbox", strconv.Itoa(r.cfg.Outbox),
+			"-keep", strconv.FormatInt(r.cfg.Keep, 10), "-beat", r.cfg.Beat.String(), "-beat-topic", beatTopic(i))
 		if err != nil {
 			return err
 		}
-		r.instances = append(r.instances, p)
+		r.instances[i] = p
+		started = append(started, i)
 	}
-	for _, p := range r.instances {
-		addr, err := p.waitReady(ctx, 15*time.Second)
-		if err != nil {
+	for _, i := range started {
+		if _, err := r.instances[i].waitReady(ctx, 15*time.Second); err != nil {
 			return err
 		}
-		r.addrs = append(r.addrs, addr)
 	}
 	return nil
 }
 
 // connectClients connects every client, 64 at a time, and waits until each
-// has its recovered notice.
+// has its recovered notice: the regular clients with nothing kept, and a
+// watcher of each instance's beat topic on the next instance.
 func (r *runner) connectClients(ctx context.Context) error {
 	for i := range r.cfg.Clients {
 		// A topic's clients, in turn on each instance.
 		t, j := i%r.cfg.Topics, i/r.cfg.Topics
-		r.clients = append(r.clients, &client{r: r, id: i, topic: t, home: j % r.cfg.Instances})
+		r.clients = append(r.clients, newClient(r, i, regular, t, topicName(t), j%r.cfg.Instances))
+	}
+	if r.cfg.Beat > 0 {
+		for i := range r.cfg.Instances {
+			r.clients = append(r.clients, newClient(r, len(r.clients), watcher, i, beatTopic(i), (i+1)%r.cfg.Instances))
+		}
 	}
 	log.Printf("chaos: connecting %d clients to %d instances (%d topics)", r.cfg.Clients, r.cfg.Instances, r.cfg.Topics)
+	if err := r.dialAll(ctx, r.clients); err != nil {
+		return err
+	}
+	return r.waitFor(ctx, 60*time.Second, "every client's recovered notice", func() bool {
+		for _, cl := range r.clients {
+			cl.mu.Lock()
+			live := cl.live
+			cl.mu.Unlock()
+			if !live {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// dialAll connects each client to its home, 64 at a time, and returns the
+// first error.
+func (r *runner) dialAll(ctx context.Context, clients []*client) error {
 	work := make(chan *client)
 	errs := make(chan error, 1)
 	var wg sync.WaitGroup
@@ -306,7 +469,7 @@ func (r *runner) connectClients(ctx context.Context) error {
 		})
 	}
 feed:
-	for _, cl := range r.clients {
+	for _, cl := range clients {
 		select {
 		case work <- cl:
 		case err := <-errs:
@@ -322,18 +485,8 @@ feed:
 	case err := <-errs:
 		return err
 	default:
+		return ctx.Err()
 	}
-	return r.waitFor(ctx, 60*time.Second, "every client's recovered notice", func() bool {
-		for _, cl := range r.clients {
-			cl.mu.Lock()
-			live := cl.live
-			cl.mu.Unlock()
-			if !live {
-				return false
-			}
-		}
-		return true
-	})
 }
 
 // waitFor polls cond every 50 ms until it holds, d passes or ctx ends.
@@ -352,88 +505,30 @@ func (r *runner) waitFor(ctx context.Context, d time.Duration, what string, cond
 	return nil
 }
 
-func (r *runner) mark(step string) {
-	r.marks[step] = time.Now()
-	log.Printf("chaos: %s", step)
+// mark records and logs what the driver does.
+func (r *runner) mark(format string, args ...any) time.Time {
+	now := time.Now()
+	what := fmt.Sprintf(format, args...)
+	r.events = append(r.events, event{now, what})
+	log.Printf("chaos: %s", what)
+	return now
 }
 
-// schedule publishes for three phases, killing an instance after the
-// first (with Overlap, once nats-server has stopped) and restarting
-// nats-server after the second.
-func (r *runner) schedule(ctx context.Context) error {
-	cfg := r.cfg
-	start := time.Now().Add(100 * time.Millisecond)
-	end := start.Add(3*cfg.Phase + cfg.NATSDown)
-	published := make(chan struct{})
-	go func() {
-		defer close(published)
-		r.pub.run(start, end, cfg.Rate, r.stop)
-	}()
-	sleep := func(until time.Time) error {
-		select {
-		case <-time.After(time.Until(until)):
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	r.phase.Store(phaseBefore)
-	r.marks["publishing"] = start
-	log.Printf("chaos: publishing %.0f messages a second over %d topics", cfg.Rate, cfg.Topics)
-	if err := sleep(start.Add(cfg.Phase)); err != nil {
-		return err
-	}
-	r.phase.Store(phaseInstance)
-	kill := func() {
-		r.mark(fmt.Sprintf("kill -9 instance %d", cfg.Kill))
-		r.instances[cfg.Kill].stop(syscall.SIGKILL, 5*time.Second)
-	}
-	if !cfg.Overlap {
-		kill()
-	}
-	if err := sleep(start.Add(2 * cfg.Phase)); err != nil {
-		return err
-	}
-	r.phase.Store(phaseNATS)
-	sig := syscall.SIGKILL
-	if cfg.NATSSignal == "TERM" {
-		sig = syscall.SIGTERM
-	}
-	r.mark("nats-server stopped with SIG" + cfg.NATSSignal)
-	if !r.nats.p.stop(sig, 10*time.Second) {
-		log.Printf("chaos: nats-server did not stop in 10 s: killed")
-	}
-	r.mark("nats-server stopped")
-	if cfg.Overlap {
-		kill()
-	}
-	if err := sleep(r.marks["nats-server stopped"].Add(cfg.NATSDown)); err != nil {
-		return err
-	}
-	r.mark("nats-server starting again")
-	if err := r.nats.start(ctx); err != nil {
-		return err
-	}
-	r.mark("nats-server ready again")
-	select {
-	case <-published:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	r.phase.Store(phaseDrain)
-	r.mark("publishing over")
-	return nil
-}
-
-// drain waits, at most cfg.Drain, until every client is live and has the
-// last message confirmed on its topic.
-func (r *runner) drain(ctx context.Context) {
+// drain waits for the broker's report on every message (at most its
+// PublishTimeout and a little), then, at most cfg.Drain, until every
+// client is live and has the last message stored in its topic in the
+// history's epoch. It returns the messages not reported.
+func (r *runner) drain(ctx context.Context) (unreported int) {
+	unreported = r.pub.waitReported(15 * time.Second)
+	epoch := r.pub.broker.Epoch()
+	ks, _ := r.pub.lastStored(epoch)
 	err := r.waitFor(ctx, r.cfg.Drain, "every client's last message", func() bool {
 		for _, cl := range r.clients {
-			cl.mu.Lock()
-			done := cl.live && cl.tally.maxCounter >= r.pub.last[cl.topic]
-			cl.mu.Unlock()
-			if !done {
+			k := uint64(0)
+			if cl.kind != watcher {
+				k = ks[cl.topic]
+			}
+			if !cl.caughtUp(epoch, k) {
 				return false
 			}
 		}
@@ -442,7 +537,9 @@ func (r *runner) drain(ctx context.Context) {
 	if err != nil {
 		log.Printf("chaos: %v", err)
 	}
-	r.mark("drained")
+	last := r.phases[len(r.phases)-1]
+	last.end, last.epoch = r.mark("drained"), epoch
+	return unreported
 }
 
 // stopClients closes every client's connection and waits, at most 10 s,
@@ -476,19 +573,23 @@ func (r *runner) stopClients() {
 }
 
 // stopInstances stops the instances still up with SIGTERM and returns
-// their counters; the killed one's are nil.
+// their counters; those of an instance killed and not started again are
+// nil.
 func (r *runner) stopInstances() []*instanceStats {
 	stats := make([]*instanceStats, len(r.instances))
 	for _, p := range r.instances {
-		p.signal(syscall.SIGTERM)
+		if p != nil {
+			p.signal(syscall.SIGCONT)
+			p.signal(syscall.SIGTERM)
+		}
 	}
 	for i, p := range r.instances {
-		if i == r.cfg.Kill {
+		if p == nil || p.killed {
 			continue
 		}
 		p.stop(syscall.SIGTERM, 10*time.Second)
 		var st instanceStats
-		if json.Unmarshal([]byte(p.lastLine()), &st) == nil {
+		if json.Unmarshal([]byte(p.lastLine("{")), &st) == nil {
 			stats[i] = &st
 		}
 	}
@@ -502,7 +603,9 @@ func (r *runner) shutdown() {
 		r.pub.close()
 	}
 	for _, p := range r.instances {
-		p.stop(syscall.SIGKILL, 5*time.Second)
+		if p != nil {
+			p.stop(syscall.SIGKILL, 5*time.Second)
+		}
 	}
 	if r.nats != nil && r.nats.p != nil {
 		r.nats.p.stop(syscall.SIGTERM, 10*time.Second)
