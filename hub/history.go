@@ -627,8 +627,14 @@ func (h *Hub) fromHistory(r Record) {
 		return // no subscriber here (a Broker that does not route by interest)
 	}
 	if !env.all {
-		if last := set.last.Load(); last != 0 && set.lastEpoch == r.Epoch && r.Prev > last && r.Seq > last {
+		switch last := set.last.Load(); {
+		case last != 0 && set.lastEpoch == r.Epoch && r.Prev > last && r.Seq > last:
 			h.repair(r.Topic, r.Epoch, last, r.Seq)
+		case last != 0 && set.lastEpoch != r.Epoch && r.Prev > 0:
+			// The history started over, and stored messages of the topic
+			// before this one that the Broker did not bring (they came
+			// before this process's subscription was back): all of them.
+			h.repair(r.Topic, r.Epoch, 0, r.Seq)
 		}
 		set.last.Store(r.Seq)
 		set.lastEpoch = r.Epoch

@@ -702,3 +702,24 @@ func TestMemoryHistoryDuplicateWindow(t *testing.T) {
 	require.Equal(t, uint64(3), seq("x"), "after the window, stored again")
 	require.Equal(t, uint64(3), seq("x"))
 }
+
+// When the history starts over and the Broker brings a topic's first
+// messages of the new epoch late or not at all (they were stored before
+// this process's subscription was back), the Hub fetches them before the
+// first one it does get: its members are told to reset, then get every
+// message of the new epoch.
+func TestHubRepairsTheStartOfANewEpoch(t *testing.T) {
+	b := newMemHistory(100)
+	hb, err := hub.New(&hub.Options{Broker: b})
+	require.NoError(t, err)
+	defer hb.Close()
+	s := startHubServer(t, serverConfig{hub: hb, wrap: true})
+	c := dialHub(t, s.url, 0, false, true)
+	c.send(t, "since:room:e1:0")
+	say(t, hb, "room", "a")
+	waitSays(t, c, "room recovered 0", "room#1 a")
+	b.restart("e2")
+	say(t, hb, "room", "lose") // stored in e2, never brought
+	say(t, hb, "room", "y")
+	waitSays(t, c, "room recovered 0", "room#1 a", "room reset @e2", "room#1 lose", "room#2 y")
+}
