@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -417,20 +418,41 @@ var portsGiven = struct {
 // freePort returns a loopback port no one listened on a moment ago, and
 // never the same one twice: HAProxy and Caddy bind with SO_REUSEPORT, so
 // two of them given one port would both listen on it and share its
-// clients, each the other's.
+// clients, each the other's. It is drawn below the kernel's ephemeral
+// range, so that no listener on port 0 (the other packages' tests, which
+// go test runs beside these) can take it before the proxy binds it: a
+// proxy that cannot bind retries for a while, and meanwhile the test
+// would talk to whoever holds the port.
 func freePort(t *testing.T) int {
+	lo := ephemeralLow()
 	for {
-		ln := listenLoopback(t)
-		port := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
+		port := 10000 + rand.IntN(lo-10000)
 		portsGiven.Lock()
 		given := portsGiven.m[port]
 		portsGiven.m[port] = true
 		portsGiven.Unlock()
-		if !given {
-			return port
+		if given {
+			continue
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			continue // someone's
+		}
+		ln.Close()
+		return port
+	}
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (32768
+// when it cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if f := strings.Fields(string(b)); err == nil && len(f) == 2 {
+		if lo, err := strconv.Atoi(f[0]); err == nil && lo > 12000 {
+			return lo
 		}
 	}
+	return 32768
 }
 
 // startProxy starts px in front of the gust Servers at gust and quiet and
