@@ -494,30 +494,32 @@ func FuzzHubHistoryRecords(f *testing.F) {
 // that makes one up), of another epoch, or without one, it is told to
 // start over, gets all that is kept, then every live message.
 func TestHubSubscribeSinceStartsOverNeverMutes(t *testing.T) {
-	b := newMemHistory(100)
-	hb, err := hub.New(&hub.Options{Broker: b})
-	require.NoError(t, err)
-	defer hb.Close()
-	s := startHubServer(t, serverConfig{hub: hb, wrap: true})
-	for _, text := range []string{"a", "b", "c"} {
-		say(t, hb, "room", text)
-	}
-	var clients []*hubClient
-	for _, since := range []string{"e1:60", "e1:18446744073709551615", "e0:2", "2", ":2"} {
+	forEachMode(t, func(t *testing.T, opts *gust.Options) {
+		b := newMemHistory(100)
+		hb, err := hub.New(&hub.Options{Broker: b})
+		require.NoError(t, err)
+		defer hb.Close()
+		s := startHubServer(t, serverConfig{hub: hb, wrap: true, opts: opts})
+		for _, text := range []string{"a", "b", "c"} {
+			say(t, hb, "room", text)
+		}
+		var clients []*hubClient
+		for _, since := range []string{"e1:60", "e1:18446744073709551615", "e0:2", "2", ":2"} {
+			c := dialHub(t, s.url, 0, false, true)
+			c.send(t, "since:room:"+since)
+			waitSays(t, c, "room reset", "room#1 a", "room#2 b", "room#3 c", "room recovered 3")
+			clients = append(clients, c)
+		}
+		say(t, hb, "room", "d")
+		for _, c := range clients {
+			waitSays(t, c, "room reset", "room#1 a", "room#2 b", "room#3 c", "room recovered 3", "room#4 d")
+		}
 		c := dialHub(t, s.url, 0, false, true)
-		c.send(t, "since:room:"+since)
-		waitSays(t, c, "room reset", "room#1 a", "room#2 b", "room#3 c", "room recovered 3")
-		clients = append(clients, c)
-	}
-	say(t, hb, "room", "d")
-	for _, c := range clients {
-		waitSays(t, c, "room reset", "room#1 a", "room#2 b", "room#3 c", "room recovered 3", "room#4 d")
-	}
-	c := dialHub(t, s.url, 0, false, true)
-	c.send(t, "since:room:e1:2")
-	waitSays(t, c, "room#3 c", "room#4 d", "room recovered 4")
-	st := hb.Stats()
-	require.Equal(t, [3]uint64{6, 5, 5}, [3]uint64{st.Recoveries, st.Gaps, st.Resets}, "recoveries, gaps, resets")
+		c.send(t, "since:room:e1:2")
+		waitSays(t, c, "room#3 c", "room#4 d", "room recovered 4")
+		st := hb.Stats()
+		require.Equal(t, [3]uint64{6, 5, 5}, [3]uint64{st.Recoveries, st.Gaps, st.Resets}, "recoveries, gaps, resets")
+	})
 }
 
 // When the history starts over (the broker lost its store), a live member
@@ -525,29 +527,31 @@ func TestHubSubscribeSinceStartsOverNeverMutes(t *testing.T) {
 // message numbered anew, which reaches them although its sequence is
 // below the ones they had.
 func TestHubHistoryStartsOverUnderItsMembers(t *testing.T) {
-	b := newMemHistory(100)
-	hb, err := hub.New(&hub.Options{Broker: b})
-	require.NoError(t, err)
-	defer hb.Close()
-	s := startHubServer(t, serverConfig{hub: hb, wrap: true})
-	live := dialHub(t, s.url, 0, false, true)
-	live.send(t, "since:room:e1:0")
-	for _, text := range []string{"a", "b", "c"} {
-		say(t, hb, "room", text)
-	}
-	waitSays(t, live, "room recovered 0", "room#1 a", "room#2 b", "room#3 c")
+	forEachMode(t, func(t *testing.T, opts *gust.Options) {
+		b := newMemHistory(100)
+		hb, err := hub.New(&hub.Options{Broker: b})
+		require.NoError(t, err)
+		defer hb.Close()
+		s := startHubServer(t, serverConfig{hub: hb, wrap: true, opts: opts})
+		live := dialHub(t, s.url, 0, false, true)
+		live.send(t, "since:room:e1:0")
+		for _, text := range []string{"a", "b", "c"} {
+			say(t, hb, "room", text)
+		}
+		waitSays(t, live, "room recovered 0", "room#1 a", "room#2 b", "room#3 c")
 
-	b.gate = make(chan struct{})
-	recovering := dialHub(t, s.url, 0, false, true)
-	recovering.send(t, "since:room:e1:2") // waits at the gate
-	b.restart("e2")
-	say(t, hb, "room", "x")
-	waitSays(t, live, "room recovered 0", "room#1 a", "room#2 b", "room#3 c", "room reset @e2", "room#1 x")
-	close(b.gate)
-	waitSays(t, recovering, "room reset @e2", "room#1 x", "room recovered 1 @e2")
-	say(t, hb, "room", "y")
-	waitSays(t, recovering, "room reset @e2", "room#1 x", "room recovered 1 @e2", "room#2 y")
-	waitSays(t, live, "room recovered 0", "room#1 a", "room#2 b", "room#3 c", "room reset @e2", "room#1 x", "room#2 y")
+		b.gate = make(chan struct{})
+		recovering := dialHub(t, s.url, 0, false, true)
+		recovering.send(t, "since:room:e1:2") // waits at the gate
+		b.restart("e2")
+		say(t, hb, "room", "x")
+		waitSays(t, live, "room recovered 0", "room#1 a", "room#2 b", "room#3 c", "room reset @e2", "room#1 x")
+		close(b.gate)
+		waitSays(t, recovering, "room reset @e2", "room#1 x", "room recovered 1 @e2")
+		say(t, hb, "room", "y")
+		waitSays(t, recovering, "room reset @e2", "room#1 x", "room recovered 1 @e2", "room#2 y")
+		waitSays(t, live, "room recovered 0", "room#1 a", "room#2 b", "room#3 c", "room reset @e2", "room#1 x", "room#2 y")
+	})
 }
 
 // Members that recover a topic and never read do not hold up the room:
@@ -555,35 +559,37 @@ func TestHubHistoryStartsOverUnderItsMembers(t *testing.T) {
 // of it in its outbox, and a member who reads gets the history and the
 // live messages.
 func TestHubRecoveryFramesOnceAndFeedsAsItDrains(t *testing.T) {
-	var frames atomic.Int64
-	hb, err := hub.New(&hub.Options{Broker: hub.NewMemoryHistory(nil), Frame: func(dst []byte, n hub.Notice) ([]byte, gust.Opcode) {
-		if n.Kind == hub.NoticeMessage {
-			frames.Add(1)
+	forEachMode(t, func(t *testing.T, opts *gust.Options) {
+		var frames atomic.Int64
+		hb, err := hub.New(&hub.Options{Broker: hub.NewMemoryHistory(nil), Frame: func(dst []byte, n hub.Notice) ([]byte, gust.Opcode) {
+			if n.Kind == hub.NoticeMessage {
+				frames.Add(1)
+			}
+			return hub.FrameJSON(dst, n)
+		}})
+		require.NoError(t, err)
+		defer hb.Close()
+		const kept, members, window = 300, 40, 64
+		text := strings.Repeat("x", 2000)
+		for range kept {
+			say(t, hb, "room", text)
 		}
-		return hub.FrameJSON(dst, n)
-	}})
-	require.NoError(t, err)
-	defer hb.Close()
-	const kept, members, window = 300, 40, 64
-	text := strings.Repeat("x", 2000)
-	for range kept {
-		say(t, hb, "room", text)
-	}
-	require.Zero(t, frames.Load(), "a message without subscribers is not framed")
-	s := startHubServer(t, serverConfig{hub: hb, wrap: true, autoJoin: "room", autoSince: &hub.Position{}, sndbuf: 4096})
-	for range members {
-		dialHub(t, s.url, 4096, false, false) // never reads
-	}
-	waitFor(t, "every recovery stuck with a full window", 10*time.Second, func() bool {
-		return hb.Stats().Pending == members*window
+		require.Zero(t, frames.Load(), "a message without subscribers is not framed")
+		s := startHubServer(t, serverConfig{hub: hb, wrap: true, opts: opts, autoJoin: "room", autoSince: &hub.Position{}, sndbuf: 4096})
+		for range members {
+			dialHub(t, s.url, 4096, false, false) // never reads
+		}
+		waitFor(t, "every recovery stuck with a full window", 10*time.Second, func() bool {
+			return hb.Stats().Pending == members*window
+		})
+		require.LessOrEqual(t, frames.Load(), int64(kept), "each record framed once, not once per member")
+		reader := dialHub(t, s.url, 0, false, true)
+		waitFor(t, "the reader's recovery", 10*time.Second, func() bool { return int(reader.count.Load()) == kept+1 })
+		say(t, hb, "room", "live")
+		waitFor(t, "the live message", 10*time.Second, func() bool { return int(reader.count.Load()) == kept+2 })
+		require.Equal(t, int64(members*window), hb.Stats().Pending, "the stuck members hold a window each")
+		require.LessOrEqual(t, frames.Load(), int64(kept+1))
 	})
-	require.LessOrEqual(t, frames.Load(), int64(kept), "each record framed once, not once per member")
-	reader := dialHub(t, s.url, 0, false, true)
-	waitFor(t, "the reader's recovery", 10*time.Second, func() bool { return int(reader.count.Load()) == kept+1 })
-	say(t, hb, "room", "live")
-	waitFor(t, "the live message", 10*time.Second, func() bool { return int(reader.count.Load()) == kept+2 })
-	require.Equal(t, int64(members*window), hb.Stats().Pending, "the stuck members hold a window each")
-	require.LessOrEqual(t, frames.Load(), int64(kept+1))
 }
 
 // MemoryHistory's memory is bounded by MaxBytes for all topics together,
@@ -709,17 +715,29 @@ func TestMemoryHistoryDuplicateWindow(t *testing.T) {
 // first one it does get: its members are told to reset, then get every
 // message of the new epoch.
 func TestHubRepairsTheStartOfANewEpoch(t *testing.T) {
-	b := newMemHistory(100)
-	hb, err := hub.New(&hub.Options{Broker: b})
-	require.NoError(t, err)
-	defer hb.Close()
-	s := startHubServer(t, serverConfig{hub: hb, wrap: true})
-	c := dialHub(t, s.url, 0, false, true)
-	c.send(t, "since:room:e1:0")
-	say(t, hb, "room", "a")
-	waitSays(t, c, "room recovered 0", "room#1 a")
-	b.restart("e2")
-	say(t, hb, "room", "lose") // stored in e2, never brought
-	say(t, hb, "room", "y")
-	waitSays(t, c, "room recovered 0", "room#1 a", "room reset @e2", "room#1 lose", "room#2 y")
+	forEachMode(t, func(t *testing.T, opts *gust.Options) {
+		b := newMemHistory(100)
+		hb, err := hub.New(&hub.Options{Broker: b})
+		require.NoError(t, err)
+		defer hb.Close()
+		s := startHubServer(t, serverConfig{hub: hb, wrap: true, opts: opts})
+		c := dialHub(t, s.url, 0, false, true)
+		c.send(t, "since:room:e1:0")
+		say(t, hb, "room", "a")
+		waitSays(t, c, "room recovered 0", "room#1 a")
+		b.restart("e2")
+		say(t, hb, "room", "lose") // stored in e2, never brought
+		say(t, hb, "room", "y")
+		waitSays(t, c, "room recovered 0", "room#1 a", "room reset @e2", "room#1 lose", "room#2 y")
+	})
+}
+
+// forEachMode runs f with the Hub's connections in goroutine mode and in
+// netpoll mode.
+func forEachMode(t *testing.T, f func(t *testing.T, opts *gust.Options)) {
+	for _, netpoll := range []bool{false, true} {
+		t.Run(map[bool]string{false: "goroutine", true: "netpoll"}[netpoll], func(t *testing.T) {
+			f(t, &gust.Options{Netpoll: netpoll})
+		})
+	}
 }
