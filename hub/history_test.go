@@ -535,6 +535,7 @@ func TestHubHistoryStartsOverUnderItsMembers(t *testing.T) {
 		s := startHubServer(t, serverConfig{hub: hb, wrap: true, opts: opts})
 		live := dialHub(t, s.url, 0, false, true)
 		live.send(t, "since:room:e1:0")
+		waitSays(t, live, "room recovered 0") // live from here on
 		for _, text := range []string{"a", "b", "c"} {
 			say(t, hb, "room", text)
 		}
@@ -654,6 +655,7 @@ func TestHubPublishOnce(t *testing.T) {
 	s := startHubServer(t, serverConfig{hub: hb, wrap: true})
 	c := dialHub(t, s.url, 0, false, true)
 	c.send(t, "since:room:0")
+	waitSays(t, c, "room recovered 0 @"+b.Epoch())
 	type ack struct {
 		pos hub.Position
 		err error
@@ -723,6 +725,7 @@ func TestHubRepairsTheStartOfANewEpoch(t *testing.T) {
 		s := startHubServer(t, serverConfig{hub: hb, wrap: true, opts: opts})
 		c := dialHub(t, s.url, 0, false, true)
 		c.send(t, "since:room:e1:0")
+		waitSays(t, c, "room recovered 0") // live from here on
 		say(t, hb, "room", "a")
 		waitSays(t, c, "room recovered 0", "room#1 a")
 		b.restart("e2")
