@@ -161,10 +161,11 @@ func probe(p *peer) {
 	}
 	switch p.key {
 	case "python":
-		p.version, p.err = run(nil, pythonBin, "-c", "import websockets; print(websockets.__version__)")
+		p.version, p.err = run(nil, pythonBin, "-c",
+			"import websockets, aiohttp; print(websockets.__version__ + ' (aiohttp ' + aiohttp.__version__ + ')')")
 	case "node":
 		p.version, p.err = run([]string{"NODE_PATH=" + nodeModule}, "node", "-e",
-			`process.stdout.write(require("ws/package.json").version)`)
+			`process.stdout.write(require("ws/package.json").version + " (undici " + require("undici/package.json").version + ")")`)
 	case "browser":
 		var v, d string
 		if v, p.err = run(nil, "chromium", "--version"); p.err == nil {
