@@ -40,10 +40,22 @@ type PresenceOptions struct {
 	// an answer that comes later still counts, as joins. Default 250 ms.
 	SnapshotTimeout time.Duration
 
+	// ResumeGrace is how long an instance that finds it has not run for a
+	// while (stopped by SIGSTOP or a paused container, or starved: its
+	// goroutine late by Heartbeat, or by Expiry-Heartbeat if less) holds
+	// its members back from the instances that ask for them, as the others
+	// do once they have dropped it as unheard: the connections that closed
+	// while it was stopped are seen closed first, and their members are not
+	// announced again only to leave. The members still there are missing
+	// from the others' views that much longer. Default Heartbeat; it should
+	// cover the time a wake-up takes to see its closed connections closed,
+	// which grows with the connections per instance.
+	ResumeGrace time.Duration
+
 	// Logger receives a Warn record for each presence message that cannot
 	// be decoded and for each instance dropped as unheard, an Info record
 	// when the instance asks the others again after a reconnect or lost
-	// messages. Default slog.Default(), as it is when the record is made.
+	// messages, and when it holds its members back after a stop. Default slog.Default(), as it is when the record is made.
 	Logger *slog.Logger
 }
 
@@ -94,6 +106,21 @@ type PresenceOptions struct {
 //     after the others last heard it. When a cut network heals, each side
 //     hears an instance it does not know and asks it for its members: they
 //     come back, as joins.
+//   - An instance that does not run for a while (SIGSTOP, a paused
+//     container, a starved process) hears nothing meanwhile: the time its
+//     goroutine ran late (past half a Heartbeat, a busy machine's timer) is
+//     not counted as the others' silence, so it drops none of them for it. Stopped past Expiry, it was dropped by the
+//     others, with a leave for each of its members; on waking (its goroutine
+//     late by Heartbeat, or by Expiry-Heartbeat if less) it holds its
+//     answers back for ResumeGrace, so that the connections that closed
+//     while it was stopped are seen closed first: the others get joins for
+//     the members still there only, after the grace. Its joins and leaves go
+//     out at once meanwhile. The grace is a bound, not knowledge: a
+//     connection seen closed later (a client gone without a FIN waits for
+//     the read deadline) is announced, then leaves; an instance that starts
+//     following a topic during the grace gets this one's members late, as
+//     joins; a stop the monotonic clock does not count (a suspended host) is
+//     not noticed, and the members are announced at once, as before.
 //   - While its NATS connection is down, an instance keeps its own members
 //     and the others' (it cannot hear them, which proves nothing), and
 //     nats.go reconnects by itself. Back, it starts a new epoch: it asks
@@ -123,6 +150,8 @@ type Presence struct {
 	heartbeat       time.Duration
 	expiry          time.Duration
 	snapshotTimeout time.Duration
+	resumeGrace     time.Duration
+	lateLimit       time.Duration // a run this late holds the answers back
 	logger          *slog.Logger
 	view            hub.LocalPresence // the union; fires the events
 
@@ -145,6 +174,9 @@ type Presence struct {
 	qid        uint64
 	discover   time.Time // until then a follow waits for peers not yet heard
 	nextBeat   time.Time
+	wakeAt     time.Time   // when run means to run next, at the latest
+	holdUntil  time.Time   // answers wait until then (see caughtUp)
+	held       []heldQuery // the questions waiting for holdUntil
 }
 
 // followed is a topic the instance follows: it has local members or
@@ -182,8 +214,11 @@ func NewPresence(nc *nats.Conn, opts *PresenceOptions) (*Presence, error) {
 	if o.SnapshotTimeout == 0 {
 		o.SnapshotTimeout = 250 * time.Millisecond
 	}
-	if o.Heartbeat < 0 || o.SnapshotTimeout < 0 || o.Expiry <= o.Heartbeat {
-		return nil, errors.New("gustnats: PresenceOptions: Heartbeat and SnapshotTimeout must be positive, Expiry longer than Heartbeat")
+	if o.ResumeGrace == 0 {
+		o.ResumeGrace = o.Heartbeat
+	}
+	if o.Heartbeat < 0 || o.SnapshotTimeout < 0 || o.ResumeGrace < 0 || o.Expiry <= o.Heartbeat {
+		return nil, errors.New("gustnats: PresenceOptions: Heartbeat, SnapshotTimeout and ResumeGrace must be positive, Expiry longer than Heartbeat")
 	}
 	var id [8]byte
 	rand.Read(id[:])
@@ -194,6 +229,8 @@ func NewPresence(nc *nats.Conn, opts *PresenceOptions) (*Presence, error) {
 		heartbeat:       o.Heartbeat,
 		expiry:          o.Expiry,
 		snapshotTimeout: o.SnapshotTimeout,
+		resumeGrace:     o.ResumeGrace,
+		lateLimit:       min(o.Heartbeat, o.Expiry-o.Heartbeat),
 		logger:          o.Logger,
 		ch:              make(chan *nats.Msg, queueSize),
 		wake:            make(chan struct{}, 1),
@@ -220,6 +257,7 @@ func NewPresence(nc *nats.Conn, opts *PresenceOptions) (*Presence, error) {
 	p.reconnects = nc.Stats().Reconnects
 	p.discover = now.Add(p.snapshotTimeout)
 	p.nextBeat = now.Add(p.heartbeat)
+	p.wakeAt = p.nextBeat // run's first timer
 	p.publish(p.prefix+"hb", encodeHeartbeat(p.id, p.epoch, true))
 	go p.run()
 	return p, nil
@@ -358,6 +396,7 @@ func (p *Presence) Close() error {
 	for _, q := range p.queries {
 		p.finish(q)
 	}
+	p.held = nil
 	p.mu.Unlock()
 	close(p.done)
 	<-p.exited

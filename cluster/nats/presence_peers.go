@@ -31,6 +31,14 @@ type query struct {
 	done     bool
 }
 
+// heldQuery is a question whose answer waits for the end of a
+// ResumeGrace.
+type heldQuery struct {
+	reply  string
+	qid    uint64
+	topics []string
+}
+
 // run receives the presence messages and the connection's status changes,
 // heartbeats, expires unheard instances and ends queries at their
 // deadlines, until Close.
@@ -49,17 +57,55 @@ func (p *Presence) run() {
 		case <-p.wake:
 		case <-timer.C:
 		}
-		timer.Reset(time.Until(p.tick(time.Now())))
+		timer.Reset(time.Until(p.tick()))
 	}
 }
 
-// tick does what is due at now and returns when to come back.
-func (p *Presence) tick(now time.Time) time.Time {
+// caughtUp is the first thing run does under p.mu each time (the time is
+// read under p.mu, so that a wait for it counts): p.wakeAt is when run
+// meant to run at the latest. Up to half p.lateLimit late is a busy
+// machine's timer and counts for nothing, so that a dead instance is
+// dropped on time; past that, whatever made run late (SIGSTOP, a paused
+// container, a starved process, a long wait for p.mu) kept the instance
+// deaf too. That time, past the half, is not the others' silence: their
+// clocks move on by as much, so that their heartbeats, waiting unread in
+// the queue or the socket, are read before any is dropped as unheard.
+//
+// Late by p.lateLimit or more, the instance may have been dropped by the
+// others (its heartbeats stopped too): they ask it for its members when
+// they hear it again. Its answers wait for p.resumeGrace, so that the
+// connections that closed meanwhile are seen closed first (their Leave
+// calls come as their read loops wake) and the others get joins for the
+// members still there only. A later stop during the grace starts it anew.
+// p.mu held.
+func (p *Presence) caughtUp(now time.Time) {
+	late := now.Sub(p.wakeAt)
+	if late <= p.lateLimit/2 {
+		return
+	}
+	p.wakeAt = now
+	deaf := late - p.lateLimit/2
+	for _, pr := range p.peers {
+		if pr.heard = pr.heard.Add(deaf); pr.heard.After(now) {
+			pr.heard = now
+		}
+	}
+	if late >= p.lateLimit {
+		p.holdUntil = now.Add(p.resumeGrace)
+		p.log(slog.LevelInfo, "gust: presence: the instance did not run for a while: holding its members back from the others for ResumeGrace",
+			slog.Duration("late", late), slog.Duration("grace", p.resumeGrace))
+	}
+}
+
+// tick does what is due now and returns when to come back.
+func (p *Presence) tick() time.Time {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	now := time.Now()
 	if p.closed || p.connClosed {
 		return now.Add(time.Hour)
 	}
+	p.caughtUp(now)
 	if !now.Before(p.nextBeat) {
 		p.nextBeat = now.Add(p.heartbeat)
 		p.publish(p.prefix+"hb", encodeHeartbeat(p.id, p.epoch, false))
@@ -78,6 +124,16 @@ func (p *Presence) tick(now time.Time) time.Time {
 		}
 	}
 	next := p.nextBeat
+	if len(p.held) > 0 {
+		if now.Before(p.holdUntil) {
+			next = p.holdUntil
+		} else {
+			for _, q := range p.held {
+				p.answer(q.reply, q.qid, q.topics)
+			}
+			p.held = nil
+		}
+	}
 	// Silence is no evidence while this instance cannot hear: expire
 	// only when connected (a reconnect restarts every peer's clock).
 	if p.nc.IsConnected() {
@@ -104,6 +160,7 @@ func (p *Presence) tick(now time.Time) time.Time {
 			next = due
 		}
 	}
+	p.wakeAt = next
 	return next
 }
 
@@ -122,12 +179,14 @@ func (p *Presence) receive(m *nats.Msg) {
 	if p.closed || p.connClosed {
 		return
 	}
+	now := time.Now()
+	p.caughtUp(now)
 	if msg.kind == kindBye {
 		p.dropPeer(msg.from)
 		return
 	}
 	// A hello of epoch 0 is a Presence just made: it has no members yet.
-	pr := p.heard(msg.from, msg.epoch, msg.kind == kindHeartbeat && msg.hello && msg.epoch == 0)
+	pr := p.heard(msg.from, msg.epoch, msg.kind == kindHeartbeat && msg.hello && msg.epoch == 0, now)
 	switch msg.kind {
 	case kindHeartbeat:
 		if msg.hello {
@@ -142,7 +201,12 @@ func (p *Presence) receive(m *nats.Msg) {
 			p.removeMember(pr, msg.topic, msg.member)
 		}
 	case kindQuery:
-		if m.Reply != "" {
+		if m.Reply == "" {
+			break
+		}
+		if now.Before(p.holdUntil) {
+			p.held = append(p.held, heldQuery{m.Reply, msg.qid, msg.topics})
+		} else {
 			p.answer(m.Reply, msg.qid, msg.topics)
 		}
 	case kindState:
@@ -151,15 +215,15 @@ func (p *Presence) receive(m *nats.Msg) {
 		}
 		if q := p.queries[msg.qid]; q != nil && msg.last {
 			delete(q.wait, msg.from)
-			p.check(q, time.Now())
+			p.check(q, now)
 		}
 	}
 }
 
-// heard notes a message from instance id; one not known (unless new), or
-// back with a new epoch, is asked for its members of the followed topics;
-// p.mu held.
-func (p *Presence) heard(id string, epoch uint64, new bool) *peer {
+// heard notes a message from instance id at now; one not known (unless
+// new), or back with a new epoch, is asked for its members of the followed
+// topics; p.mu held.
+func (p *Presence) heard(id string, epoch uint64, new bool, now time.Time) *peer {
 	pr := p.peers[id]
 	if pr == nil || pr.epoch != epoch {
 		if pr == nil {
@@ -171,7 +235,7 @@ func (p *Presence) heard(id string, epoch uint64, new bool) *peer {
 			p.ask(p.prefix + "i." + id)
 		}
 	}
-	pr.heard = time.Now()
+	pr.heard = now
 	return pr
 }
 
@@ -265,6 +329,7 @@ func (p *Presence) statusChanged(s nats.Status) {
 	if p.closed || p.connClosed {
 		return
 	}
+	p.caughtUp(time.Now()) // before a reconnect, whose new epoch makes the others ask
 	switch s {
 	case nats.CONNECTED:
 		p.reconnected()

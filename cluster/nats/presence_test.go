@@ -85,6 +85,21 @@ func (in *instance) members(t *testing.T, topic string, want ...string) {
 	})
 }
 
+// holds waits until in's view has member in topic from other's report.
+func (in *instance) holds(t *testing.T, other *instance, topic, member string) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("%s to hold %s's %s in %s", in.name, other.name, member, topic), func() bool {
+		in.p.mu.Lock()
+		defer in.p.mu.Unlock()
+		pr := in.p.peers[other.p.ID()]
+		if pr == nil {
+			return false
+		}
+		_, ok := pr.topics[topic][member]
+		return ok
+	})
+}
+
 // recorder collects a watcher's events.
 type recorder struct {
 	mu     sync.Mutex
@@ -151,6 +166,11 @@ func TestPresenceAcrossInstances(t *testing.T) {
 // A member joined on two instances, and twice on one (two tabs), is one
 // member: the watchers hear of it when it first comes and when its last
 // join has left.
+//
+// Each instance's messages reach c in the order it sent them, but not in
+// order with another's: had a's leave reached c before b's join, c would
+// rightly have seen ann leave and come back. So c holds b's join before a
+// leaves.
 func TestPresenceMemberOnTwoInstances(t *testing.T) {
 	ns := startNATS(t, 0)
 	a := newInstance(t, "a", ns.ClientURL(), nil)
@@ -160,18 +180,26 @@ func TestPresenceMemberOnTwoInstances(t *testing.T) {
 	require.NoError(t, a.p.Join("room", "ann"))
 	require.NoError(t, a.p.Join("room", "ann"))
 	require.NoError(t, b.p.Join("room", "ann"))
-	c.members(t, "room", "ann")
+	c.holds(t, a, "room", "ann")
+	c.holds(t, b, "room", "ann")
 	require.NoError(t, a.p.Leave("room", "ann"))
 	require.NoError(t, a.p.Leave("room", "ann"))
 	a.members(t, "room") // a stopped following: it lists nothing
 	require.Equal(t, []string{"ann"}, b.p.Members(nil, "room"))
-	time.Sleep(50 * time.Millisecond)
+	// b's leave goes after a's has been handled, and a's and b's markers
+	// after everything else either sent: once c has them, any extra event
+	// would be in.
+	require.NoError(t, a.nc.Flush())
+	c.drain(t)
 	require.Equal(t, []string{"ann"}, c.p.Members(nil, "room"), "still on b")
 	require.NoError(t, b.p.Leave("room", "ann"))
 	c.members(t, "room")
-	require.Equal(t, []hub.PresenceEvent{joinEv("room", "ann"), leaveEv("room", "ann")}, c.events.wait(t, 2))
-	time.Sleep(50 * time.Millisecond)
-	require.Len(t, c.events.get(), 2)
+	require.NoError(t, a.p.Join("room", "a-end"))
+	require.NoError(t, b.p.Join("room", "b-end"))
+	c.members(t, "room", "a-end", "b-end")
+	ev := c.events.wait(t, 4)
+	require.Equal(t, []hub.PresenceEvent{joinEv("room", "ann"), leaveEv("room", "ann")}, ev[:2])
+	require.ElementsMatch(t, []hub.PresenceEvent{joinEv("room", "a-end"), joinEv("room", "b-end")}, ev[2:])
 }
 
 // An instance that starts following a topic late gets the others' members
@@ -446,10 +474,14 @@ func TestPresenceOptions(t *testing.T) {
 	defer nc.Close()
 	_, err = NewPresence(nc, &PresenceOptions{Heartbeat: time.Second, Expiry: time.Second})
 	require.Error(t, err)
+	_, err = NewPresence(nc, &PresenceOptions{ResumeGrace: -time.Second})
+	require.Error(t, err)
 	p, err := NewPresence(nc, nil)
 	require.NoError(t, err)
 	require.Len(t, p.ID(), 16)
 	require.Equal(t, 3*time.Second, p.expiry)
+	require.Equal(t, time.Second, p.resumeGrace)
+	require.Equal(t, time.Second, p.lateLimit, "Heartbeat, below Expiry-Heartbeat")
 	require.NoError(t, p.Close())
 	nc.Close()
 	_, err = NewPresence(nc, nil)
