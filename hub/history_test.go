@@ -243,11 +243,7 @@ func TestHubHistoryNumbersMessages(t *testing.T) {
 // then a recovered notice, then what comes live; all of it for 0; a gap
 // first when the history no longer holds the sequence.
 func TestHubSubscribeSince(t *testing.T) {
-	b := newMemHistory(4)
-	hb, err := hub.New(&hub.Options{Broker: b})
-	require.NoError(t, err)
-	defer hb.Close()
-	s := startHubServer(t, serverConfig{hub: hb, wrap: true})
+	_, hb, s := historyHub(t, 4, nil)
 	for _, text := range []string{"a", "b", "c", "d", "e", "f"} { // 1..6; the history keeps 3..6
 		say(t, hb, "room", text)
 	}
@@ -309,11 +305,7 @@ func TestHubSubscribeSinceMeetsLiveMessages(t *testing.T) {
 // A message that the Broker stored but did not deliver is fetched from the
 // history when the next one's Prev tells of it.
 func TestHubRepairsWhatTheBrokerDropped(t *testing.T) {
-	b := newMemHistory(100)
-	hb, err := hub.New(&hub.Options{Broker: b})
-	require.NoError(t, err)
-	defer hb.Close()
-	s := startHubServer(t, serverConfig{hub: hb, wrap: true})
+	_, hb, s := historyHub(t, 100, nil)
 	c := dialHub(t, s.url, 0, false, true)
 	c.send(t, "join:room")
 	say(t, hb, "room", "a")
@@ -329,11 +321,7 @@ func TestHubRepairsWhatTheBrokerDropped(t *testing.T) {
 // gave it (its delivery lagged behind the history read), nor when the Hub
 // repairs it for the subscribers that missed it.
 func TestHubSubscribeSinceSendsEachMessageOnce(t *testing.T) {
-	b := newMemHistory(100)
-	hb, err := hub.New(&hub.Options{Broker: b})
-	require.NoError(t, err)
-	defer hb.Close()
-	s := startHubServer(t, serverConfig{hub: hb, wrap: true})
+	b, hb, s := historyHub(t, 100, nil)
 	old := dialHub(t, s.url, 0, false, true)
 	old.send(t, "join:room")
 	say(t, hb, "room", "a")
@@ -495,11 +483,7 @@ func FuzzHubHistoryRecords(f *testing.F) {
 // start over, gets all that is kept, then every live message.
 func TestHubSubscribeSinceStartsOverNeverMutes(t *testing.T) {
 	forEachMode(t, func(t *testing.T, opts *gust.Options) {
-		b := newMemHistory(100)
-		hb, err := hub.New(&hub.Options{Broker: b})
-		require.NoError(t, err)
-		defer hb.Close()
-		s := startHubServer(t, serverConfig{hub: hb, wrap: true, opts: opts})
+		_, hb, s := historyHub(t, 100, opts)
 		for _, text := range []string{"a", "b", "c"} {
 			say(t, hb, "room", text)
 		}
@@ -528,11 +512,7 @@ func TestHubSubscribeSinceStartsOverNeverMutes(t *testing.T) {
 // below the ones they had.
 func TestHubHistoryStartsOverUnderItsMembers(t *testing.T) {
 	forEachMode(t, func(t *testing.T, opts *gust.Options) {
-		b := newMemHistory(100)
-		hb, err := hub.New(&hub.Options{Broker: b})
-		require.NoError(t, err)
-		defer hb.Close()
-		s := startHubServer(t, serverConfig{hub: hb, wrap: true, opts: opts})
+		b, hb, s := historyHub(t, 100, opts)
 		live := dialHub(t, s.url, 0, false, true)
 		live.send(t, "since:room:e1:0")
 		waitSays(t, live, "room recovered 0") // live from here on
@@ -718,11 +698,7 @@ func TestMemoryHistoryDuplicateWindow(t *testing.T) {
 // message of the new epoch.
 func TestHubRepairsTheStartOfANewEpoch(t *testing.T) {
 	forEachMode(t, func(t *testing.T, opts *gust.Options) {
-		b := newMemHistory(100)
-		hb, err := hub.New(&hub.Options{Broker: b})
-		require.NoError(t, err)
-		defer hb.Close()
-		s := startHubServer(t, serverConfig{hub: hb, wrap: true, opts: opts})
+		b, hb, s := historyHub(t, 100, opts)
 		c := dialHub(t, s.url, 0, false, true)
 		c.send(t, "since:room:e1:0")
 		waitSays(t, c, "room recovered 0") // live from here on
@@ -743,4 +719,16 @@ func forEachMode(t *testing.T, f func(t *testing.T, opts *gust.Options)) {
 			f(t, &gust.Options{Netpoll: netpoll})
 		})
 	}
+}
+
+// historyHub is a Hub on a memHistory keeping keep records a topic, and a
+// Server of its connections (opts, if not nil, theirs), closed when the
+// test ends.
+func historyHub(t *testing.T, keep int, opts *gust.Options) (*memHistory, *hub.Hub, *hubServer) {
+	t.Helper()
+	b := newMemHistory(keep)
+	hb, err := hub.New(&hub.Options{Broker: b})
+	require.NoError(t, err)
+	t.Cleanup(func() { hb.Close() })
+	return b, hb, startHubServer(t, serverConfig{hub: hb, wrap: true, opts: opts})
 }
