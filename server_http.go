@@ -67,9 +67,8 @@ func (s *Server) takeUpgrades(h http.Handler) http.Handler {
 // the same checks and answer, the bytes net/http had read after the head
 // kept, onto an event loop in netpoll mode, covered by Shutdown.
 func (s *Server) upgradeHijacked(w http.ResponseWriter, r *http.Request) {
-	if !s.Upgrader.track.begin() { // a shutdown has started
-		w.Header().Set("Connection", "close")
-		http.Error(w, "server shutting down", http.StatusServiceUnavailable)
+	if !s.Upgrader.track.begin() {
+		refuseShuttingDown(w)
 		return
 	}
 	nc, brw, err := http.NewResponseController(w).Hijack()

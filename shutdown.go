@@ -238,6 +238,16 @@ func refuseDraining(w http.ResponseWriter) *HandshakeError {
 	return herr
 }
 
+// refuseShuttingDown answers a handshake that came through net/http once a
+// shutdown has started: 503 and Connection: close.
+func refuseShuttingDown(w http.ResponseWriter) *HandshakeError {
+	w.Header().Set("Connection", "close")
+	http.Error(w, goingAwayReason, http.StatusServiceUnavailable)
+	herr := refusal(http.StatusServiceUnavailable, goingAwayReason)
+	herr.Err = ErrServerClosed
+	return herr
+}
+
 // drain sends every connection open at its start a close frame with code,
 // each at a time drawn uniformly in [0, window), and returns nil once all
 // are sent or a shutdown has started (which takes over), or ctx.Err() if

@@ -132,11 +132,7 @@ func (u *Upgrader) Upgrade(w http.ResponseWriter, r *http.Request) (c *Conn, err
 		return nil, refuseDraining(w)
 	}
 	if !u.track.begin() {
-		w.Header().Set("Connection", "close")
-		http.Error(w, goingAwayReason, http.StatusServiceUnavailable)
-		herr := refusal(http.StatusServiceUnavailable, goingAwayReason)
-		herr.Err = ErrServerClosed
-		return nil, herr
+		return nil, refuseShuttingDown(w)
 	}
 	made := false
 	defer func() {

@@ -550,12 +550,9 @@ func (h *Hub) countNotice(n Notice) {
 // block: queue the acknowledgement with WriteAsync. When PublishOnce
 // returns an error, ack is not called.
 func (h *Hub) PublishOnce(topic string, op gust.Opcode, p []byte, id string, ack func(Position, error)) error {
-	if ack == nil {
-		ack = func(Position, error) {}
-	}
 	if h.hist == nil {
 		err := h.Publish(topic, op, p)
-		if err == nil {
+		if err == nil && ack != nil {
 			ack(Position{}, nil)
 		}
 		return err
@@ -563,40 +560,32 @@ func (h *Hub) PublishOnce(topic string, op gust.Opcode, p []byte, id string, ack
 	if h.closed.Load() {
 		return ErrClosed
 	}
-	if op != gust.OpText && op != gust.OpBinary {
-		return fmt.Errorf("gust: hub: publishing opcode %v: only text and binary messages", op)
-	}
 	sum := sha256.Sum256([]byte(id))
-	err := h.hist.broker.PublishAsync(topic, h.envelope(false, op, p, 0), hex.EncodeToString(sum[:16]), func(pos Position, err error) {
-		if err != nil {
-			h.log().Warn("gust: hub: the broker did not store a message", "topic", topic, "err", err)
-		}
-		ack(pos, err)
-	})
-	if err != nil {
-		return fmt.Errorf("gust: hub: publishing to the broker: %w", err)
-	}
-	return nil
+	return h.publishHistory(topic, false, nil, op, p, hex.EncodeToString(sum[:16]), ack)
 }
 
 // publishHistory hands the message to the HistoryBroker without waiting
-// for it to be stored; the Broker brings it back, numbered, to every Hub:
-// fromHistory delivers it, here too.
-func (h *Hub) publishHistory(topic string, all bool, except *gust.Conn, op gust.Opcode, p []byte) error {
+// for it to be stored, named by id (empty: the Broker names it), and calls
+// ack, if not nil, once it is stored or failed; the Broker brings it back,
+// numbered, to every Hub: fromHistory delivers it, here too.
+func (h *Hub) publishHistory(topic string, all bool, except *gust.Conn, op gust.Opcode, p []byte, id string, ack func(Position, error)) error {
 	if op != gust.OpText && op != gust.OpBinary {
 		return fmt.Errorf("gust: hub: publishing opcode %v: only text and binary messages", op)
 	}
-	var id uint64
+	var exceptID uint64
 	if except != nil {
 		h.mu.RLock()
 		if r := h.conns[except]; r != nil {
-			id = r.id
+			exceptID = r.id
 		}
 		h.mu.RUnlock()
 	}
-	err := h.hist.broker.PublishAsync(topic, h.envelope(all, op, p, id), "", func(_ Position, err error) {
+	err := h.hist.broker.PublishAsync(topic, h.envelope(all, op, p, exceptID), id, func(pos Position, err error) {
 		if err != nil {
 			h.log().Warn("gust: hub: the broker did not store a message", "topic", topic, "err", err)
+		}
+		if ack != nil {
+			ack(pos, err)
 		}
 	})
 	if err != nil {

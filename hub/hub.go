@@ -419,7 +419,7 @@ func (h *Hub) publish(topic string, all bool, except *gust.Conn, op gust.Opcode,
 		return ErrClosed
 	}
 	if h.hist != nil {
-		return h.publishHistory(topic, all, except, op, p)
+		return h.publishHistory(topic, all, except, op, p, "", nil)
 	}
 	pm, err := gust.NewPreparedMessage(op, p)
 	if err != nil {

@@ -323,19 +323,7 @@ func runClientCase(t *testing.T, ps *peerServer, path clientPath, url, addr, lab
 		t.Fatalf("gust %s %s: %v", path.name, url, err)
 	}
 	cc.c, cc.resp = c, resp
-	loopDone := make(chan struct{})
-	go func() {
-		c.ReadLoop()
-		close(loopDone)
-	}()
-	t.Cleanup(func() {
-		c.NetConn().Close()
-		select {
-		case <-loopDone:
-		case <-time.After(10 * time.Second):
-			t.Errorf("gust's ReadLoop still running 10s after the case")
-		}
-	})
+	loopDone := runReadLoop(t, c)
 
 	if err := cc.echo(textMsg("label:" + label)); err != nil {
 		t.Fatalf("label: %v", err)
@@ -377,4 +365,24 @@ func runClientCase(t *testing.T, ps *peerServer, path clientPath, url, addr, lab
 	default:
 		t.Logf("peer server: closed with %d %q, extensions %q", *pc.Code, pc.Reason, pc.Extensions)
 	}
+}
+
+// runReadLoop runs c's ReadLoop on a goroutine, whose end the channel
+// tells; when the test ends it closes c's connection and checks that
+// ReadLoop returned.
+func runReadLoop(t *testing.T, c *gust.Conn) <-chan struct{} {
+	loopDone := make(chan struct{})
+	go func() {
+		c.ReadLoop()
+		close(loopDone)
+	}()
+	t.Cleanup(func() {
+		c.NetConn().Close()
+		select {
+		case <-loopDone:
+		case <-time.After(10 * time.Second):
+			t.Errorf("gust's ReadLoop still running 10s after the case")
+		}
+	})
+	return loopDone
 }

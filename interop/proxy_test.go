@@ -375,19 +375,7 @@ func (s *proxied) open(t *testing.T, path, label string, how dialHow) (*proxyCli
 		t.Fatalf("gust.Dial %s through %s: %v", url, s.px.label(), err)
 	}
 	pc.c, pc.resp = c, resp
-	loopDone := make(chan struct{})
-	go func() {
-		c.ReadLoop()
-		close(loopDone)
-	}()
-	t.Cleanup(func() {
-		c.NetConn().Close()
-		select {
-		case <-loopDone:
-		case <-time.After(10 * time.Second):
-			t.Errorf("gust client's ReadLoop still running 10s after the case")
-		}
-	})
+	runReadLoop(t, c)
 	if err := pc.echo(textMsg("label:" + label)); err != nil {
 		t.Fatalf("label: %v", err)
 	}
@@ -531,20 +519,7 @@ func proxyClientClose(t *testing.T, s *proxied) {
 	if err := pc.c.Close(4001, "client-bye"); err != nil {
 		t.Fatalf("Close(4001): %v", err)
 	}
-	err, ok := pc.waitClose(15 * time.Second)
-	if !ok {
-		t.Fatal("no OnClose within 15s of Close(4001)")
-	}
-	if err := expectCloseError(err, 4001, ""); err != nil {
-		t.Errorf("client: %v", err)
-	}
-	rec, err := s.gust.wait(t.Name(), 15*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := expectCloseError(rec.closeErr, 4001, "client-bye"); err != nil {
-		t.Errorf("server: %v", err)
-	}
+	expectClosedBothSides(t, s, pc, "Close(4001)", 4001, "", "client-bye")
 }
 
 func proxyServerClose(t *testing.T, s *proxied) {
@@ -552,18 +527,25 @@ func proxyServerClose(t *testing.T, s *proxied) {
 	if err := pc.c.WriteString("close:4002"); err != nil {
 		t.Fatal(err)
 	}
+	expectClosedBothSides(t, s, pc, "asking the server to close", 4002, "server-bye", "")
+}
+
+// expectClosedBothSides waits for the client's OnClose after what, and for
+// the server's, and checks that each saw code with its reason.
+func expectClosedBothSides(t *testing.T, s *proxied, pc *proxyClient, what string, code gust.StatusCode, clientReason, serverReason string) {
+	t.Helper()
 	err, ok := pc.waitClose(15 * time.Second)
 	if !ok {
-		t.Fatal("no OnClose within 15s of asking the server to close")
+		t.Fatalf("no OnClose within 15s of %s", what)
 	}
-	if err := expectCloseError(err, 4002, "server-bye"); err != nil {
+	if err := expectCloseError(err, code, clientReason); err != nil {
 		t.Errorf("client: %v", err)
 	}
 	rec, err := s.gust.wait(t.Name(), 15*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := expectCloseError(rec.closeErr, 4002, ""); err != nil {
+	if err := expectCloseError(rec.closeErr, code, serverReason); err != nil {
 		t.Errorf("server: %v", err)
 	}
 }
