@@ -252,6 +252,12 @@ func TestTLSNetpollHeartbeatPingKeptGoesToTheWriter(t *testing.T) {
 	// Fill the socket beneath TLS, so that the ping's record finds no room.
 	raw, err := sc.sock().SyscallConn()
 	require.NoError(t, err)
+	// The whole send buffer, as the kernel would let it grow without the
+	// unsent limit (unsentLimit): with it, the peer's window, still open
+	// a little, takes more now and then, and the socket turns writable.
+	require.NoError(t, raw.Control(func(fd uintptr) {
+		require.NoError(t, syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, 0x19, 0)) // TCP_NOTSENT_LOWAT: the system's
+	}))
 	junk := make([]byte, 1<<20)
 	full := false
 	for i := 0; i < 256 && !full; i++ {

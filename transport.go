@@ -3,6 +3,7 @@ package gust
 import (
 	"errors"
 	"io"
+	"math/bits"
 	"net"
 	"time"
 
@@ -48,6 +49,9 @@ type transport interface {
 
 // chooseTransport returns c's transport for its net.Conn.
 func (c *Conn) chooseTransport() transport {
+	if netpoll.LimitUnsent(c.conn, unsentLimit) {
+		c.wr.unsent = unsentShift
+	}
 	u := netpoll.UnderOf(c.conn)
 	if u != nil {
 		u.SetBounder((*recordBound)(c)) // before adopt: a loop may read c at once
@@ -66,6 +70,40 @@ func (c *Conn) chooseTransport() transport {
 	}
 	return (*netConnTransport)(c)
 }
+
+// unsentLimit is about the most a connection's socket holds that the
+// kernel has not sent (netpoll.LimitUnsent), until a larger write raises it
+// (raiseUnsent). A peer that stops reading holds this much of the kernel's
+// memory, not its 4 MiB send buffer, and the rest of what is written to it
+// waits in the outbox, where OutboxSize and WriteTimeout bound it. Without
+// it, 1,000 members that never read, fed a 2 MB history, took 1.5 GB of the
+// kernel's memory (past tcp_mem's pressure mark) and 3 s of copying, and
+// everyone's live messages waited behind that (histbench's lag scenario).
+const (
+	unsentShift = 17
+	unsentLimit = 1 << unsentShift // 128 KiB
+)
+
+// raiseUnsent raises the socket's unsent limit to fit a write of n bytes
+// (a power of two, at most maxUnsent) before the write: a large message
+// goes to the kernel in one system call, as it would without the limit. A
+// connection keeps the largest limit it needed.
+func (c *Conn) raiseUnsent(n int) {
+	w := &c.wr
+	shift := uint8(min(bits.Len(uint(n-1)), maxUnsentShift))
+	if shift <= w.unsent {
+		return
+	}
+	if !netpoll.LimitUnsent(c.conn, 1<<shift) {
+		w.unsent = 0 // not a socket that takes it any more: stop asking
+		return
+	}
+	w.unsent = shift
+}
+
+// maxUnsentShift is log2 of tcp_wmem's default maximum (4 MiB): past it the
+// limit changes nothing.
+const maxUnsentShift = 22
 
 // direct reports whether c's transport reaches the descriptor
 // (transport.direct); false before c has a net.Conn.

@@ -37,9 +37,10 @@ type writeState struct {
 	userChanged  atomic.Bool  // SetWriteDeadline was called since the last move
 
 	hdr    [maxHeaderSize]byte
-	corked bool // writes append to buf, flushed later: the read goroutine dispatches, or an outbox batch is written
-	noWait bool // an event loop is dispatching: no write may wait (netWrite)
-	early  bool // flush once at earlyFlushSize: the read drained the socket (drainedBatch)
+	corked bool  // writes append to buf, flushed later: the read goroutine dispatches, or an outbox batch is written
+	noWait bool  // an event loop is dispatching: no write may wait (netWrite)
+	early  bool  // flush once at earlyFlushSize: the read drained the socket (drainedBatch)
+	unsent uint8 // log2 of the socket's unsent limit (unsentLimit, raiseUnsent); 0 when it has none
 }
 
 // WriteMessage sends p as one message of type op (OpText or OpBinary). For
@@ -316,6 +317,9 @@ func (w *writeState) releaseBuffer() {
 // netWrite writes p to the connection's transport, the only place gust
 // does once the handshake is over; the caller holds the write lock.
 func (c *Conn) netWrite(p []byte) (int, error) {
+	if u := c.wr.unsent; u != 0 && len(p) > 1<<u {
+		c.raiseUnsent(len(p))
+	}
 	if w := &c.wr; w.noWait || w.backlog != nil {
 		return c.netWriteBacklog(p)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -26,6 +27,7 @@ type lagConfig struct {
 	window                       int // messages in flight while filling
 	interval, span, drain        time.Duration
 	rcvbuf, dialPar              int
+	byMessage                    bool // print each live message's worst lag
 }
 
 type lagResult struct {
@@ -208,6 +210,17 @@ func runLag(ctx context.Context, ch *chatProc, cfg lagConfig) (*lagResult, error
 				res.Missing++
 				lags = append(lags, ms(end-sent[i]))
 			}
+		}
+	}
+	if cfg.byMessage { // when in the run the lag was
+		for i := range nLive {
+			worst := time.Duration(0)
+			for _, r := range readers {
+				if r.got[i] && r.lags[i] > worst {
+					worst = r.lags[i]
+				}
+			}
+			fmt.Fprintf(os.Stderr, "live %d: sent at %.0f ms, worst lag %.1f ms\n", i, ms(sent[i]), ms(worst))
 		}
 	}
 	slices.Sort(lags)

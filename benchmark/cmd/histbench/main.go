@@ -49,6 +49,7 @@ func main() {
 	drain := flag.Duration("drain", 30*time.Second, "lag: how long to wait after -T for the live messages still on their way")
 	rcvbuf := flag.Int("rcvbuf", 4096, "lag: SO_RCVBUF of the silent members' sockets")
 	dialPar := flag.Int("dial-par", 100, "lag: silent members dialing at a time")
+	byMessage := flag.Bool("by-message", false, "lag: print each live message's send time and worst lag to stderr")
 
 	rooms := flag.Int("rooms", 600, "memory: rooms written to")
 	roomMsgs := flag.Int("room-msgs", 200, "memory: messages said in each room")
@@ -109,6 +110,7 @@ func main() {
 			rec.Lag, err = runLag(ctx, ch, lagConfig{
 				members: *members, readers: *readers, fill: *fill, text: *text,
 				interval: *interval, span: *span, drain: *drain, rcvbuf: *rcvbuf, dialPar: *dialPar, window: *inflight,
+				byMessage: *byMessage,
 			})
 		case "memory":
 			rec.Memory, err = runMemory(ctx, ch, memoryConfig{rooms: *rooms, perRoom: *roomMsgs, text: *text, par: *par, window: *inflight})
