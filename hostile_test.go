@@ -299,7 +299,10 @@ func TestFragmentedMessageGrowsLinearly(t *testing.T) {
 		small := send(8 << 20)
 		large := send(64 << 20)
 		t.Logf("allocated %d MiB for 8 MiB, %d MiB for 64 MiB: ratio %.1f", small>>20, large>>20, float64(large)/float64(small))
-		require.Less(t, float64(large)/float64(small), 16.0, "8× the size must cost about 8× the bytes")
+		// Linear is 8; doubling a buffer lands 8 MiB and 64 MiB on different
+		// sides of its steps (8-16 here, varying with what the first reads
+		// give); the square is 64.
+		require.Less(t, float64(large)/float64(small), 32.0, "8× the size must cost about 8× the bytes, not 64×")
 	})
 }
 

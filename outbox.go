@@ -73,6 +73,10 @@ type outbox struct {
 	head  int32        // the slots before it were emptied by OutboxDropOldest
 	busy  bool         // a writer goroutine runs
 	state uint8
+	// writing: messages taken from the queue are being written (drain's
+	// batch, writeNowLocked's message): relieveLocked must not write newer
+	// ones before them.
+	writing bool
 
 	lastFanout uint64 // the sequence number of the last fan-out it got (fanout)
 }
@@ -279,6 +283,11 @@ func (c *Conn) enqueue(it outboxItem) error {
 		return errClosed
 	}
 	if o.queued() >= c.cfg.OutboxSize {
+		if written := o.relieveLocked(); written != nil {
+			defer written.done()
+		}
+	}
+	if o.queued() >= c.cfg.OutboxSize {
 		m := c.cfg.Metrics
 		switch c.cfg.OutboxPolicy {
 		case OutboxDropOldest:
@@ -314,6 +323,79 @@ func (c *Conn) enqueue(it outboxItem) error {
 	return nil
 }
 
+// relieveLocked is a full outbox's last resort before OutboxPolicy, with
+// o.mu held: the queue is full, but the peer is slow only if its socket is
+// full too. The writer goroutine may merely not have run yet: a burst
+// queued faster than it is scheduled (a thousand presence events to each
+// member of a room, on a busy machine) would otherwise close, or drop
+// messages to, a peer that reads at full speed. When no write is under
+// way, the caller writes the oldest queued messages itself, in one batch,
+// without waiting: until the socket is full, what it leaves going to the
+// backlog (at most a write buffer and a message), which the writer goroutine
+// writes first. Those messages leave the queue; their done functions are
+// for the caller to call once o.mu is released. It holds o.mu while it
+// writes, which takes no longer than the system calls: nothing waits.
+func (o *outbox) relieveLocked() relieved {
+	c := o.c
+	w := &c.wr
+	if o.state != outboxOpen || o.writing || !c.direct() || !w.mu.TryLock() {
+		return nil
+	}
+	defer w.mu.Unlock()
+	if w.writerOpen.Load() || w.noWait || w.corked || w.backlog != nil || w.err != nil {
+		return nil // a NextWriter, an event loop's dispatch, a full socket, a failed one
+	}
+	q := o.queue[o.head:]
+	n := 0
+	w.noWait = true
+	err := c.batchLocked(func() {
+		for n < len(q) && w.backlog == nil && w.err == nil {
+			o.writeItem(&q[n]) // an error is sticky in w.err
+			n++
+		}
+	})
+	w.noWait = false
+	if err == nil {
+		err = w.err
+	}
+	var written relieved
+	for i := range q[:n] {
+		if q[i].done != nil {
+			written = append(written, doneWith{q[i].done, err})
+		}
+	}
+	if written == nil {
+		written = relieved{} // not nil: the caller's defer is cheap either way
+	}
+	clear(q[:n])
+	o.head += int32(n)
+	if o.queued() == 0 {
+		o.queue, o.head = o.queue[:0], 0
+	}
+	if m := c.cfg.Metrics; m != nil && n > 0 {
+		m.Queued(c, -n)
+	}
+	if w.backlog != nil && o.startWriterLocked() {
+		go o.drain() // writes the backlog, then what is queued
+	}
+	return written
+}
+
+// relieved holds the done functions of the messages relieveLocked wrote,
+// and their result.
+type relieved []doneWith
+
+type doneWith struct {
+	done func(error)
+	err  error
+}
+
+func (r relieved) done() {
+	for _, d := range r {
+		d.done(d.err)
+	}
+}
+
 // writeNowLocked writes it from the calling goroutine, taking the writer's
 // place, and releases o.mu: a fan-out then costs one system call per
 // connection and no goroutine (unless it comes back to back: fanout). It
@@ -323,6 +405,7 @@ func (c *Conn) enqueue(it outboxItem) error {
 func (o *outbox) writeNowLocked(it outboxItem) {
 	c := o.c
 	o.startWriterLocked()
+	o.writing = true
 	o.mu.Unlock()
 	w := &c.wr
 	locked := w.mu.TryLock()
@@ -332,6 +415,7 @@ func (o *outbox) writeNowLocked(it outboxItem) {
 	}
 	if !locked {
 		o.mu.Lock()
+		o.writing = false
 		o.pushLocked(it) // the writer is counted already: pushLocked does not start it
 		go o.drain()
 		return
@@ -346,6 +430,7 @@ func (o *outbox) writeNowLocked(it outboxItem) {
 		it.done(err)
 	}
 	o.mu.Lock()
+	o.writing = false
 	if backlog || o.queued() > 0 || o.state == outboxClosing {
 		o.mu.Unlock()
 		go o.drain() // still counted as the writer
@@ -483,6 +568,7 @@ func (o *outbox) drain() {
 		all := o.queue
 		batch := all[o.head:]
 		o.queue, o.head = spare[:0], 0
+		o.writing = true
 		o.mu.Unlock()
 		if m := c.cfg.Metrics; m != nil {
 			m.Queued(c, -len(batch))
@@ -497,6 +583,7 @@ func (o *outbox) drain() {
 		clear(all)
 		spare = all
 		o.mu.Lock()
+		o.writing = false
 	}
 }
 

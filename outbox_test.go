@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -501,4 +503,57 @@ func TestOutboxBackToBackFanoutQueues(t *testing.T) {
 		a.expectMessage(OpText, []byte("4"))
 		b.expectMessage(OpText, []byte("4"))
 	})
+}
+
+// A burst queued faster than the writer goroutine is scheduled fills the
+// outbox though the peer reads at full speed (a thousand presence events
+// to each member of a room, on a busy machine). The peer is slow only if
+// its socket is full too: the queueing caller then writes what is queued
+// itself, and OutboxPolicy is left for peers that do not read.
+func TestOutboxBurstToAReaderIsNotSlow(t *testing.T) {
+	for _, mode := range []struct {
+		name    string
+		netpoll bool
+	}{{"goroutine", false}, {"netpoll", true}} {
+		t.Run(mode.name, func(t *testing.T) {
+			server, client := tcpPair(t)
+			c := newConn(server, newConfig(Options{Netpoll: mode.netpoll, OutboxSize: 16}, true), BuiltinEventHandler{}, true, nil, "")
+			defer c.CloseNow()
+			const n = 1000
+			read := make(chan []byte, 1)
+			go func() {
+				b := make([]byte, n*(2+8)) // unmasked frames of 8 bytes
+				_, err := io.ReadFull(client, b)
+				if err != nil {
+					b = nil
+				}
+				read <- b
+			}()
+
+			// On one P, the writer goroutines the burst starts cannot run
+			// before it is queued: the outbox fills at once.
+			prev := runtime.GOMAXPROCS(1)
+			var refused error
+			for i := range n {
+				pm, err := NewPreparedMessage(OpBinary, binary.BigEndian.AppendUint64(nil, uint64(i)))
+				if err == nil {
+					err = c.WritePreparedAsync(pm, nil) // a fan-out, back to back: queued
+				}
+				if err != nil && refused == nil {
+					refused = fmt.Errorf("message %d: %w", i, err)
+				}
+			}
+			runtime.GOMAXPROCS(prev)
+			require.NoError(t, refused)
+
+			b := <-read
+			require.NotNil(t, b, "the peer read every message")
+			fs, err := parseFrames(b)
+			require.NoError(t, err)
+			require.Len(t, fs, n)
+			for i, f := range fs {
+				require.Equal(t, uint64(i), binary.BigEndian.Uint64(f.payload), "in order")
+			}
+		})
+	}
 }

@@ -97,6 +97,14 @@ type chat struct {
 	upgrader *gust.Upgrader
 
 	wsDone chan error // the Upgrader's Shutdown, run by server's hook
+
+	// The frame of the presence event being told: a watcher is called per
+	// member for each event, one after the other, and a room of 1,000
+	// members would otherwise marshal and frame each event 1,000 times.
+	lastMu    sync.Mutex
+	lastEvent hub.PresenceEvent
+	lastAt    time.Time
+	lastFrame *gust.PreparedMessage
 }
 
 // event is what the page receives: straight from the server (welcome,
@@ -233,23 +241,20 @@ func (ch *chat) OnOpen(c *gust.Conn) {
 		log.Printf("chat: join %q: %v", room, err)
 	}
 	var mu sync.Mutex
-	var early []event // events before the welcome; nil once it is queued
+	var early []*gust.PreparedMessage // events before the welcome; nil once it is queued
 	welcomed := false
 	stop, err := ch.presence.Watch(room, func(e hub.PresenceEvent) {
 		if e.Member == name {
 			return // one's own other tabs
 		}
-		ev := event{Type: "leave", Room: room, Name: e.Member}
-		if e.Joined {
-			ev.Type = "join"
-		}
+		pm := ch.presenceFrame(e)
 		mu.Lock()
 		defer mu.Unlock()
 		if !welcomed {
-			early = append(early, ev)
+			early = append(early, pm)
 			return
 		}
-		ch.sendAsync(c, ev)
+		c.WritePreparedAsync(pm, nil) // a full outbox closes a slow member
 	})
 	if err != nil {
 		log.Printf("chat: watch %q: %v", room, err)
@@ -259,8 +264,8 @@ func (ch *chat) OnOpen(c *gust.Conn) {
 	members := ch.presence.Members(nil, room)
 	mu.Lock()
 	ch.sendAsync(c, event{Type: "welcome", Room: room, Name: name, Members: members})
-	for _, ev := range early {
-		ch.sendAsync(c, ev)
+	for _, pm := range early {
+		c.WritePreparedAsync(pm, nil)
 	}
 	early, welcomed = nil, true
 	mu.Unlock()
@@ -331,6 +336,26 @@ func (ch *chat) sendAsync(c *gust.Conn, e event) {
 	e.Time = time.Now().UnixMilli()
 	b, _ := json.Marshal(e)
 	c.WriteAsync(gust.OpText, b, nil) // a full outbox closes a slow member
+}
+
+// presenceFrame returns the join or leave frame of e, made once for every
+// member it is told to (the one made last is kept for 100 ms: the same
+// change again later is framed again, with its own time).
+func (ch *chat) presenceFrame(e hub.PresenceEvent) *gust.PreparedMessage {
+	ch.lastMu.Lock()
+	defer ch.lastMu.Unlock()
+	now := time.Now()
+	if ch.lastFrame != nil && ch.lastEvent == e && now.Sub(ch.lastAt) < 100*time.Millisecond {
+		return ch.lastFrame
+	}
+	ev := event{Type: "leave", Room: e.Topic, Name: e.Member, Time: now.UnixMilli()}
+	if e.Joined {
+		ev.Type = "join"
+	}
+	b, _ := json.Marshal(ev)
+	pm, _ := gust.NewPreparedMessage(gust.OpText, b) // an OpText message cannot fail
+	ch.lastEvent, ch.lastAt, ch.lastFrame = e, now, pm
+	return pm
 }
 
 func main() {
