@@ -80,8 +80,8 @@ func (c *Conn) chooseTransport() transport {
 // kernel's memory (past tcp_mem's pressure mark) and 3 s of copying, and
 // everyone's live messages waited behind that (histbench's lag scenario).
 const (
-	unsentShift = 17
-	unsentLimit = 1 << unsentShift // 128 KiB
+	unsentShift = 16
+	unsentLimit = 1 << unsentShift // 64 KiB
 )
 
 // raiseUnsent raises the socket's unsent limit to fit a write of n bytes

@@ -129,7 +129,12 @@ func newChat(h *hub.Hub, p hub.Presence, netpoll bool) *chat {
 			MaxMessageSize: 16 << 10,
 			Compression:    gust.CompressionOptions{Enabled: true},
 			OutboxPolicy:   gust.OutboxCloseSlow, // a member who stops reading is closed with 1008
-			Netpoll:        netpoll,
+			// A member may be told of every other member of a room joining at
+			// once (everyone reconnecting after a deploy): room for that
+			// burst, 48 bytes a message (the frames are shared), rather than
+			// closing as slow a member whose socket is full for a moment.
+			OutboxSize: 2048,
+			Netpoll:    netpoll,
 		},
 	}
 	return ch
