@@ -271,7 +271,10 @@ func TestCompressedLimitCountsTheInflatedMessage(t *testing.T) {
 				addr := m.start(t, h, &Options{MaxMessageSize: limit, StreamThreshold: stream,
 					Compression: CompressionOptions{Enabled: true}})
 				nc := dialRaw(t, addr, nil, "Sec-WebSocket-Extensions: permessage-deflate")
-				nc.send(header(0xC2, limit+limit/8+257, [4]byte{1, 2, 3, 4}), []byte("abc"))
+				// The server may close on the header alone, before it reads the
+				// rest (h2's stream then refuses it): that write's error is not
+				// the test's.
+				nc.nc.Write(append(header(0xC2, limit+limit/8+257, [4]byte{1, 2, 3, 4}), "abc"...))
 				nc.expectClose(StatusMessageTooBig)
 				requireCode(t, h.waitClose(t), StatusMessageTooBig)
 			})

@@ -49,7 +49,7 @@ type transport interface {
 
 // chooseTransport returns c's transport for its net.Conn.
 func (c *Conn) chooseTransport() transport {
-	if netpoll.LimitUnsent(c.conn, unsentLimit) {
+	if c.server && netpoll.LimitUnsent(c.conn, unsentLimit) {
 		c.wr.unsent = unsentShift
 	}
 	u := netpoll.UnderOf(c.conn)
@@ -71,9 +71,12 @@ func (c *Conn) chooseTransport() transport {
 	return (*netConnTransport)(c)
 }
 
-// unsentLimit is about the most a connection's socket holds that the
-// kernel has not sent (netpoll.LimitUnsent), until a larger write raises it
-// (raiseUnsent). A peer that stops reading holds this much of the kernel's
+// unsentLimit is about the most a server connection's socket holds that
+// the kernel has not sent (netpoll.LimitUnsent), until a larger write
+// raises it (raiseUnsent). A client's socket keeps the kernel's default: a
+// client has few connections, and code that writes a lot before it reads
+// (deadlocked with a server that echoes, but for the kernel's buffers)
+// keeps working as it did. A peer that stops reading holds this much of the kernel's
 // memory, not its 4 MiB send buffer, and the rest of what is written to it
 // waits in the outbox, where OutboxSize and WriteTimeout bound it. Without
 // it, 1,000 members that never read, fed a 2 MB history, took 1.5 GB of the
