@@ -154,7 +154,7 @@ func runLag(ctx context.Context, ch *chatProc, cfg lagConfig) (*lagResult, error
 			sent[i] = sinceStart()
 			msg := fmt.Appendf(nil, `{"text":"live %d %d"}`, i, sent[i].Nanoseconds())
 			if err := pub.c.writeText(msg); err != nil {
-				pubErr <- fmt.Errorf("the publisher's live message %d: %w", i, err)
+				pubErr <- fmt.Errorf("the publisher's live message %d: %w (its connection: %v)", i, err, pub.failed())
 				return
 			}
 		}

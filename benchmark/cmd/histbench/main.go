@@ -117,7 +117,10 @@ func main() {
 		case "recovery":
 			rec.Recovery, err = runRecovery(ctx, ch, recoveryConfig{clients: *clients, fill: *fill, missed: *missed, text: *text, wait: *wait, window: *inflight})
 		}
-		return errors.Join(err, ch.alive())
+		if aerr := ch.alive(); aerr != nil || err == nil {
+			return errors.Join(err, aerr)
+		}
+		return fmt.Errorf("%w (the chat's last lines: %s)", err, ch.lastLines())
 	}()
 	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		err = fmt.Errorf("-timeout %v passed: %w", *timeout, err)
