@@ -555,7 +555,9 @@ func TestDialRequestAndEarlyBytes(t *testing.T) {
 
 	h := newRecorder()
 	opts := &DialOptions{
-		Options:      Options{Compression: CompressionOptions{Enabled: true}},
+		// The raw server never answers the close: the cleanup's close
+		// handshake ends at CloseTimeout.
+		Options:      Options{Compression: CompressionOptions{Enabled: true}, CloseTimeout: 100 * time.Millisecond},
 		Subprotocols: []string{"v1", "v2"},
 		Header:       http.Header{"Origin": {"https://app.example"}, "X-Trace": {"a", "b"}, "Host": {"virtual.example"}},
 	}

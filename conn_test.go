@@ -300,7 +300,7 @@ func (h *panicOnClose) OnClose(c *Conn, err error) {
 // after a panic as after a protocol error.
 func TestPanicCloseSurvivesUnreadBytes(t *testing.T) {
 	t.Parallel()
-	forEachTCPMode(t, func(t *testing.T, m serverMode) { panicCloseSurvivesUnreadBytes(t, m) })
+	forEachTCPModeParallel(t, func(t *testing.T, m serverMode) { panicCloseSurvivesUnreadBytes(t, m) })
 }
 
 func panicCloseSurvivesUnreadBytes(t *testing.T, m serverMode) {

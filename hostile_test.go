@@ -136,7 +136,8 @@ func TestWriteTimeoutCutsAPeerThatNeverReads(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			forEachTCPMode(t, func(t *testing.T, m serverMode) {
+			t.Parallel()
+			forEachTCPModeParallel(t, func(t *testing.T, m serverMode) {
 				h := newRecorder()
 				addr := m.start(t, h, &Options{WriteTimeout: 300 * time.Millisecond})
 				dialRaw(t, addr, nil) // never reads
@@ -157,7 +158,7 @@ func TestWriteTimeoutCutsAnEchoPeerThatNeverReads(t *testing.T) {
 	// The echo is written from OnMessage, corked: the read goroutine itself
 	// (in netpoll mode, the one resumed for the bytes) blocks in the flush,
 	// and the timeout must free it.
-	forEachTCPMode(t, func(t *testing.T, m serverMode) {
+	forEachTCPModeParallel(t, func(t *testing.T, m serverMode) {
 		h := newEcho()
 		addr := m.start(t, h, &Options{WriteTimeout: 300 * time.Millisecond})
 		c := dialRaw(t, addr, nil)
@@ -175,7 +176,7 @@ func TestWriteTimeoutCutsAnEchoPeerThatNeverReads(t *testing.T) {
 }
 
 func TestSetWriteDeadlineStillAppliesUnderTheWriteTimeout(t *testing.T) {
-	forEachTCPMode(t, func(t *testing.T, m serverMode) {
+	forEachTCPModeParallel(t, func(t *testing.T, m serverMode) {
 		h := newRecorder()
 		addr := m.start(t, h, &Options{WriteTimeout: time.Hour})
 		dialRaw(t, addr, nil) // never reads
@@ -312,10 +313,11 @@ func TestFailedConnectionLingersBriefly(t *testing.T) {
 	// frame and then neither closes nor reads holds its descriptor for a
 	// fraction of a second; one that keeps trickling bytes, for about a
 	// second.
-	forEachTCPMode(t, func(t *testing.T, m serverMode) {
+	forEachTCPModeParallel(t, func(t *testing.T, m serverMode) {
 		for _, trickle := range []bool{false, true} {
 			name := map[bool]string{false: "silent", true: "trickling"}[trickle]
 			t.Run(name, func(t *testing.T) {
+				t.Parallel()
 				h := newEcho()
 				addr := m.start(t, h, &Options{CloseTimeout: time.Minute})
 				c := dialRaw(t, addr, nil)

@@ -2,6 +2,7 @@ package gust
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -25,6 +26,14 @@ func TestMain(m *testing.M) {
 	// process that has it.
 	if !strings.Contains(os.Getenv("GODEBUG"), "http2xconnect=1") {
 		os.Exit(rerunWithGODEBUG("http2xconnect=1"))
+	}
+	// Most tests wait on sockets and timeouts, not on the cores: run more
+	// of them side by side than there are cores, unless -parallel says.
+	flag.Parse()
+	parallel := false
+	flag.Visit(func(f *flag.Flag) { parallel = parallel || f.Name == "test.parallel" })
+	if !parallel {
+		flag.Set("test.parallel", "8")
 	}
 	code := m.Run()
 	if code == 0 {

@@ -115,6 +115,18 @@ func forEachTCPMode(t *testing.T, f func(t *testing.T, m serverMode)) {
 	}
 }
 
+// forEachTCPModeParallel is forEachTCPMode with the modes side by side:
+// for tests that wait out a timeout in each mode and share no global state
+// (hooks, fanoutBackToBack, GOMAXPROCS).
+func forEachTCPModeParallel(t *testing.T, f func(t *testing.T, m serverMode)) {
+	for _, m := range append(serverModes[:len(serverModes):len(serverModes)], tlsStreamModes...) {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			f(t, m)
+		})
+	}
+}
+
 // tlsStreamModes are the TLS modes forEachTCPMode runs too (Linux): their
 // clients dial TLS over TCP (dialRaw), and a test that reaches the TCP
 // connection under it does so with tcpOf.
