@@ -57,7 +57,7 @@ func blockWrites(t *testing.T, write func() error) <-chan error {
 // the closing of its listeners (TestServerShutdownCoversItsUpgrade), and
 // runServer checks that Serve returns ErrServerClosed once it is closed.
 func TestShutdownReturnsByItsDeadlineWithAPeerThatNeverReads(t *testing.T) {
-	forEachTCPMode(t, func(t *testing.T, m serverMode) {
+	forEachTCPModeParallel(t, func(t *testing.T, m serverMode) {
 		h := newRecorder()
 		var u *Upgrader
 		addr := m.serve(t, h, &Options{WriteTimeout: time.Hour}, func(up *Upgrader) { u = up }) // only ctx can end the stalled write
