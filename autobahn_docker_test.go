@@ -13,9 +13,9 @@ import (
 )
 
 // TestAutobahnSpecFile: autobahn/fuzzingclient.json, the spec the scripts
-// start from, is as README's one-line docker run needs it: every case,
-// against examples/autobahn's default address, reports under the
-// /reports mount.
+// start from, is as the one-line docker run in docs/conformance.md needs
+// it: every case, against examples/autobahn's default address, reports
+// under the /reports mount.
 func TestAutobahnSpecFile(t *testing.T) {
 	t.Parallel()
 	b, err := os.ReadFile(filepath.Join("autobahn", "fuzzingclient.json"))
@@ -36,9 +36,9 @@ func TestAutobahnSpecFile(t *testing.T) {
 	addr := strings.TrimPrefix(spec.Servers[0].URL, "ws://")
 	require.Contains(t, string(main), `flag.String("addr", "`+addr+`"`, "the spec's URL is not examples/autobahn's default address")
 
-	readme, err := os.ReadFile("README.md")
+	doc, err := os.ReadFile(filepath.Join("docs", "conformance.md"))
 	require.NoError(t, err)
-	require.Contains(t, string(readme), `docker run -it --rm -v "$PWD/autobahn:/config" -v "$PWD/reports:/reports" --network host crossbario/autobahn-testsuite wstest -m fuzzingclient -s /config/fuzzingclient.json`)
+	require.Contains(t, string(doc), `docker run -it --rm -v "$PWD/autobahn:/config" -v "$PWD/reports:/reports" --network host crossbario/autobahn-testsuite wstest -m fuzzingclient -s /config/fuzzingclient.json`)
 }
 
 // TestAutobahnDockerPath runs scripts/autobahn -docker with a stand-in for

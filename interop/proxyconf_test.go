@@ -548,8 +548,8 @@ func (p *proxyProc) waitListening(port int, timeout time.Duration) error {
 	}
 }
 
-// proxyReadme lists, for each proxy's configuration, the lines README's
-// "Behind a proxy" shows as the tests' (whitespace aside).
+// proxyReadme lists, for each proxy's configuration, the lines
+// docs/proxies.md shows as the tests' (whitespace aside).
 var proxyReadme = []struct {
 	name, conf string
 	lines      []string
@@ -566,34 +566,38 @@ var proxyReadme = []struct {
 	{"Caddy", caddyConfText, []string{"reverse_proxy", "transport http {", "keepalive 5s", "read_timeout", "tls_trust_pool file"}},
 }
 
-// TestProxyReadme: the configuration README's "Behind a proxy" shows is
-// the one the proxy tests run.
+// TestProxyReadme: the configuration docs/proxies.md shows (README's
+// guide "Behind a proxy", up to its section on rolling restarts) is the one
+// the proxy tests run, and names the versions tested.
 func TestProxyReadme(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	doc, err := os.ReadFile(filepath.Join(repoRoot, "docs", "proxies.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(readme), "\n## Behind a proxy\n")
+	_, section, ok := strings.Cut(string(doc), "# Behind a proxy\n")
 	if !ok {
-		t.Fatal(`README has no "## Behind a proxy" section`)
+		t.Fatal(`docs/proxies.md has no "# Behind a proxy" title`)
 	}
-	section, _, _ = strings.Cut(section, "\n## ")
+	section, _, ok = strings.Cut(section, "\n## Rolling restarts\n")
+	if !ok {
+		t.Fatal(`docs/proxies.md has no "## Rolling restarts" section after the proxies'`)
+	}
 	flat := func(s string) string { return strings.Join(strings.Fields(s), " ") }
 	section = flat(section)
 	for _, px := range proxyReadme {
 		conf := flat(px.conf)
 		for _, l := range px.lines {
 			if !strings.Contains(section, flat(l)) {
-				t.Errorf("README's Behind a proxy does not show %s's %q", px.name, l)
+				t.Errorf("docs/proxies.md does not show %s's %q", px.name, l)
 			}
 			if !strings.Contains(conf, flat(l)) {
-				t.Errorf("README shows %s's %q, which the tests' configuration does not have", px.name, l)
+				t.Errorf("docs/proxies.md shows %s's %q, which the tests' configuration does not have", px.name, l)
 			}
 		}
 	}
 	for _, px := range proxyKinds {
 		if px.version != "" && !strings.Contains(section, px.name+" "+px.version) {
-			t.Errorf("README's Behind a proxy does not name %s, the version tested", px.label())
+			t.Errorf("docs/proxies.md does not name %s, the version tested", px.label())
 		}
 	}
 }
