@@ -132,7 +132,8 @@ type Options struct {
 	// the callbacks run on a shared loop, so they must not block. TLS goes
 	// to the loops when gust makes it ([Server.ServeTLS], wss:// Dials);
 	// other TLS (net/http's), HTTP/2 streams and wrapped conns stay in
-	// goroutine mode ([Conn.Netpoll] tells). Default false. See README.
+	// goroutine mode ([Conn.Netpoll] tells). Default false. See
+	// docs/netpoll.md.
 	Netpoll bool
 
 	// Compression configures permessage-deflate (RFC 7692). Default: off.

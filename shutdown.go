@@ -412,7 +412,7 @@ func cutConn(c *Conn) {
 //
 // net/http's Server.Shutdown does not cover hijacked connections: on
 // SIGTERM call the http.Server's first (it stops accepting), then the
-// Upgrader's, with one ctx. README's "Use" shows how, also with
+// Upgrader's, with one ctx. README's "Two ways to accept" shows how, also with
 // [http.Server.RegisterOnShutdown].
 func (u *Upgrader) Shutdown(ctx context.Context) error {
 	return u.track.shutdown(ctx)

@@ -53,8 +53,8 @@ type Upgrader struct {
 	// callbacks; c has no network connection yet. A nil error accepts; an
 	// error refuses and no Conn is made: with the Status, Header and Body of
 	// a [*HandshakeError] in its chain, else with 403 and no body. Default
-	// nil: every request that passed the checks is accepted. README's
-	// "The handshake" has the details; see ExampleUpgrader_onRequest.
+	// nil: every request that passed the checks is accepted.
+	// docs/handshake.md has the details; see ExampleUpgrader_onRequest.
 	OnRequest func(r *http.Request, h http.Header, c *Conn) error
 
 	// HandshakeTimeout bounds the time the 101 response, or a refusal

@@ -238,7 +238,7 @@ var trustedProxy = netip.MustParseAddr("127.0.0.1")
 // clientAddr is the address of the client behind the proxy: the last
 // X-Forwarded-For entry, which the proxy itself appended, when the request
 // came from the proxy's address; RemoteAddr's host otherwise, since anyone
-// else can write that header. The README's "Behind a proxy" shows it.
+// else can write that header. docs/proxies.md shows it.
 func clientAddr(r *http.Request, proxy netip.Addr) string {
 	host, _, _ := net.SplitHostPort(r.RemoteAddr)
 	from, err := netip.ParseAddr(host)

@@ -49,7 +49,7 @@ type stats struct {
 }
 
 // runServer serves gust connections on addr beside three plain routes:
-// GET /healthz (503 while draining, as README shows), GET /stats, and
+// GET /healthz (503 while draining, as docs/proxies.md shows), GET /stats, and
 // POST /stop?how=shutdown|drain&window=D, which stops the Server; the
 // process exits once the stop has returned.
 func runServer(addr string, netpoll bool) error {
