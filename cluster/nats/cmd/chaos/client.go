@@ -19,7 +19,7 @@ import (
 type clientKind uint8
 
 const (
-	regular clientKind = iota // one of -clients: joined with nothing kept before the first publish
+	regular clientKind = iota // one of -clients (the first -senders send too): joined with nothing kept before the first publish
 	forged                    // joined in the forged phase with a since made up (forgery says how)
 	watcher                   // follows an instance's beat topic, to see what it published late
 )
@@ -28,7 +28,8 @@ const (
 // the epoch of the last recovered or gap notice and the sequence of the
 // last message, passes them back (since=EPOCH:SEQ) when it connects again,
 // and on a gap notice with reset drops what it kept of the topic and
-// expects the history anew from its start: a new segment.
+// expects the history anew from its start: a new segment. A sender (snd)
+// sends messages to its topic on the same connection (sender.go).
 type client struct {
 	gust.BuiltinEventHandler
 	r       *runner
@@ -62,6 +63,8 @@ type client struct {
 	duplicated  []uint64        // by phase
 	outOfOrder  []uint64        // by phase
 	late        []lateBeat      // watcher: beats that came more than a second after they were published
+	delivery    [][]uint32      // regular: by phase received in, first send (or Hub.Publish) to arrival, in µs
+	snd         *sender         // nil unless it sends
 }
 
 type resetNote struct {
@@ -87,13 +90,12 @@ type segment struct {
 	began        time.Time
 	reset        bool // begun by a gap notice with reset
 	recovered    time.Time
-	kAtRecovered uint64 // the highest counter received before that notice
+	nAtRecovered int    // messages received before that notice
 	switched     uint64 // recovered notices naming another epoch than the segment's, without a reset
 
-	seen     bitset    // counters received
-	arrivals []arrival // in the order received
+	bySrc    map[uint32]*sourceSeen // per source (the publisher, each sender): its counters received
+	arrivals []arrival              // in the order received
 	lastSeq  uint64
-	maxK     uint64
 
 	ended        bool
 	endedAt      time.Time
@@ -101,28 +103,47 @@ type segment struct {
 	endedByReset bool
 }
 
-// arrival is a message as a client got it: the publisher's counter and the
-// sequence the history gave it (both well below 2^32 in a run).
-type arrival struct{ k, seq uint32 }
+// sourceSeen is what a segment received of one source's messages.
+type sourceSeen struct {
+	seen bitset // counters received
+	maxK uint32
+}
 
-// maxCounter bounds the counters a client believes: more is not the
-// publisher's.
+// arrival is a message as a client got it: its source and counter there,
+// the sequence the history gave it (all well below 2^32 in a run), and the
+// attempt of a sender's that was stored.
+type arrival struct {
+	src, k, seq uint32
+	attempt     uint8
+}
+
+// maxCounter bounds the counters a client believes: more is not a
+// source's.
 const maxCounter = 1 << 24
 
-// message counts the message numbered seq carrying counter k, and reports
-// whether it is a duplicate (its counter again) or out of order (a
-// sequence or counter lower than one before).
-func (s *segment) message(seq, k uint64) (dup, outOfOrder bool) {
+// message counts the message numbered seq carrying source src's counter k
+// (sent at attempt, for a sender's), and reports whether it is a duplicate
+// (that counter of that source again) or out of order (a sequence lower
+// than one before, or a counter lower than one before of its source).
+func (s *segment) message(seq uint64, src, k uint32, attempt uint8) (dup, outOfOrder bool) {
+	ss := s.bySrc[src]
+	if ss == nil {
+		if s.bySrc == nil {
+			s.bySrc = make(map[uint32]*sourceSeen)
+		}
+		ss = &sourceSeen{}
+		s.bySrc[src] = ss
+	}
 	switch {
-	case s.seen.has(k):
+	case ss.seen.has(uint64(k)):
 		dup = true
-	case seq <= s.lastSeq || k < s.maxK:
+	case seq <= s.lastSeq || k < ss.maxK:
 		outOfOrder = true
 	}
-	s.seen.set(k)
-	s.arrivals = append(s.arrivals, arrival{uint32(k), uint32(min(seq, 1<<32-1))})
+	ss.seen.set(uint64(k))
+	s.arrivals = append(s.arrivals, arrival{src, k, uint32(min(seq, 1<<32-1)), attempt})
 	s.lastSeq = max(s.lastSeq, seq)
-	s.maxK = max(s.maxK, k)
+	ss.maxK = max(ss.maxK, k)
 	return dup, outOfOrder
 }
 
@@ -142,9 +163,11 @@ func (b bitset) has(n uint64) bool {
 	return i < len(b) && b[i]&(1<<(n%64)) != 0
 }
 
-// frame is a message of hub.FrameJSON: a message, a gap (with reset) or a
-// recovered notice; the publisher's payloads are {"n":K}, an instance's
-// beats {"n":K,"at":MICROSECONDS}.
+// frame is a message of hub.FrameJSON (a message, a gap, with reset or
+// not, or a recovered notice), or a sender's acknowledgement
+// ({"ack":ID,"seq":N,"epoch":E}). The publisher's payloads are
+// {"n":K,"at":MICROSECONDS}, as are an instance's beats; a sender's, as
+// its instance stored them, {"from":NAME,"id":ID,"n":K,"at":MICROSECONDS,"a":ATTEMPT}.
 type frame struct {
 	Topic     string  `json:"topic"`
 	Seq       uint64  `json:"seq"`
@@ -152,9 +175,12 @@ type frame struct {
 	Recovered *uint64 `json:"recovered"`
 	Epoch     string  `json:"epoch"`
 	Reset     bool    `json:"reset"`
+	Ack       *string `json:"ack"`
 	Data      struct {
-		N  uint64 `json:"n"`
-		At int64  `json:"at"`
+		From    string `json:"from"`
+		N       uint64 `json:"n"`
+		At      int64  `json:"at"`
+		Attempt uint64 `json:"a"`
 	} `json:"data"`
 }
 
@@ -162,10 +188,10 @@ func newClient(r *runner, id int, kind clientKind, topic int, name string, home 
 	n := len(r.phases)
 	return &client{r: r, id: id, kind: kind, topic: topic, name: name, home: home,
 		disconnects: make([]int, n), gaps: make([]uint64, n), maxPause: make([]time.Duration, n),
-		duplicated: make([]uint64, n), outOfOrder: make([]uint64, n)}
+		duplicated: make([]uint64, n), outOfOrder: make([]uint64, n), delivery: make([][]uint32, n)}
 }
 
-func (cl *client) OnMessage(_ *gust.Conn, m *gust.Message) {
+func (cl *client) OnMessage(c *gust.Conn, m *gust.Message) {
 	var f frame
 	err := json.Unmarshal(m.Data, &f)
 	m.Close()
@@ -174,6 +200,8 @@ func (cl *client) OnMessage(_ *gust.Conn, m *gust.Message) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	switch {
+	case err == nil && f.Ack != nil && cl.snd != nil && c == cl.conn:
+		cl.snd.acked(cl, *f.Ack, hub.Position{Epoch: f.Epoch, Seq: f.Seq}, now)
 	case err != nil || f.Topic != cl.name:
 		cl.foreign++
 	case f.Gap != nil && f.Reset:
@@ -199,7 +227,7 @@ func (cl *client) OnMessage(_ *gust.Conn, m *gust.Message) {
 		}
 		cl.epoch = f.Epoch
 		if s.recovered.IsZero() {
-			s.recovered, s.kAtRecovered = now, s.maxK
+			s.recovered, s.nAtRecovered = now, len(s.arrivals)
 		}
 		cl.live, cl.recoveredAt = true, now
 		if !cl.downAt.IsZero() {
@@ -209,19 +237,28 @@ func (cl *client) OnMessage(_ *gust.Conn, m *gust.Message) {
 	case f.Data.N == 0 || f.Data.N > maxCounter:
 		cl.foreign++
 	default:
+		src, ok := cl.r.source(f.Data.From)
+		if !ok {
+			cl.foreign++
+			return
+		}
 		if cl.seg == nil || cl.fresh {
 			cl.begin("", now, false)
 		}
 		last := cl.seg.lastSeq
-		dup, ooo := cl.seg.message(f.Seq, f.Data.N)
+		dup, ooo := cl.seg.message(f.Seq, src, uint32(f.Data.N), uint8(min(f.Data.Attempt, 255)))
 		if dup {
 			cl.duplicated[phase]++
-			cl.r.logOdd(fmt.Sprintf("duplicate: client %d (%s, instance %d, %v after its recovered notice): #%d seq %d again, last seq %d",
-				cl.id, f.Topic, cl.home, now.Sub(cl.recoveredAt).Round(time.Microsecond), f.Data.N, f.Seq, last))
+			cl.r.logOdd(fmt.Sprintf("duplicate: client %d (%s, instance %d, %v after its recovered notice): %s#%d seq %d again, last seq %d",
+				cl.id, f.Topic, cl.home, now.Sub(cl.recoveredAt).Round(time.Microsecond), f.Data.From, f.Data.N, f.Seq, last))
 		}
 		if ooo {
 			cl.outOfOrder[phase]++
-			cl.r.logOdd(fmt.Sprintf("out of order: client %d (%s, instance %d): #%d seq %d after seq %d", cl.id, f.Topic, cl.home, f.Data.N, f.Seq, last))
+			cl.r.logOdd(fmt.Sprintf("out of order: client %d (%s, instance %d): %s#%d seq %d after seq %d", cl.id, f.Topic, cl.home, f.Data.From, f.Data.N, f.Seq, last))
+		}
+		if cl.kind == regular && f.Data.At > 0 {
+			d := now.Sub(time.UnixMicro(f.Data.At)).Microseconds()
+			cl.delivery[phase] = append(cl.delivery[phase], uint32(min(max(d, 0), 1<<32-1)))
 		}
 		if cl.kind == watcher && f.Data.At > 0 {
 			if d := now.Sub(time.UnixMicro(f.Data.At)); d > time.Second {
@@ -316,6 +353,9 @@ func (cl *client) dial(i int) error {
 	since, nothing := cl.position()
 	cl.mu.Unlock()
 	u := "ws://" + cl.r.addrs[i] + "/ws?topic=" + url.QueryEscape(cl.name) + "&since=" + url.QueryEscape(since)
+	if cl.snd != nil {
+		u += "&sender=" + url.QueryEscape(cl.snd.name)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c, _, err := gust.Dial(ctx, u, cl, &gust.DialOptions{Options: gust.Options{PingInterval: cl.r.cfg.ClientPing}})
@@ -327,6 +367,11 @@ func (cl *client) dial(i int) error {
 	cl.conn, cl.home, cl.joined = c, i, true
 	if nothing {
 		cl.fresh = true
+	}
+	if cl.snd != nil {
+		// What waits, in order, before anything new: under cl.mu, which
+		// a new message takes too.
+		cl.snd.resend(c)
 	}
 	cl.mu.Unlock()
 	cl.r.wg.Add(1)
@@ -362,17 +407,11 @@ func (cl *client) close() {
 }
 
 // caughtUp tells whether the client is connected, recovered, in epoch and
-// has counter k (0: nothing to have).
-func (cl *client) caughtUp(epoch string, k uint64) bool {
+// has got the message at sequence seq (0: nothing to have).
+func (cl *client) caughtUp(epoch string, seq uint64) bool {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	if !cl.live || cl.seg == nil && k > 0 {
-		return false
-	}
-	if k == 0 {
-		return true
-	}
-	return cl.seg.epoch == epoch && cl.seg.seen.has(k)
+	return cl.live && (seq == 0 || cl.seg != nil && cl.seg.epoch == epoch && cl.seg.lastSeq >= seq)
 }
 
 func beatTopic(i int) string { return "beat-" + strconv.Itoa(i) }

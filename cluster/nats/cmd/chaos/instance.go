@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 
@@ -37,6 +39,22 @@ type instanceStats struct {
 	NATSDownMax    float64   `json:"nats_down_max_ms"` // the longest time without NATS
 	Warnings       int64     `json:"warnings"`         // log records at Warn or above
 	Beats          beatStats `json:"beats"`
+	Sent           sentStats `json:"client_messages"`
+}
+
+// sentStats counts what the senders' connections sent an instance:
+// messages published with Hub.PublishOnce, acknowledged (an ack queued on
+// the connection), failed (not stored: the connection is closed, for the
+// sender to send it again), acknowledgements for a connection that had
+// closed (a copy the sender sent again elsewhere, or one a frozen instance
+// published when it woke up), and connections closed for a bad sender
+// name or message.
+type sentStats struct {
+	Received        uint64 `json:"received"`
+	Acked           uint64 `json:"acked"`
+	Failed          uint64 `json:"failed"`
+	AcksUndelivered uint64 `json:"acks_undelivered"`
+	Refused         uint64 `json:"refused"`
 }
 
 // beatStats counts what an instance published itself (-beat): handed to
@@ -51,22 +69,28 @@ type beatStats struct {
 }
 
 // subscriber subscribes each connection to the topic of its request from
-// the sequence it asks for.
+// the sequence it asks for, and publishes what a sender's connection sends
+// to that topic, acknowledging each message once it is stored.
 type subscriber struct {
 	gust.BuiltinEventHandler
 	hub        *hub.Hub
 	open, peak atomic.Int64
 	subscribed atomic.Uint64
+
+	received, acked, failed, undelivered, refused atomic.Uint64
 }
 
-// The keys under which OnRequest keeps the request's topic and since.
+// The keys under which OnRequest keeps the request's topic, since and
+// sender.
 const (
-	keyTopic = "topic"
-	keySince = "since"
+	keyTopic  = "topic"
+	keySince  = "since"
+	keySender = "sender"
 )
 
-// parseRequest reads /ws?topic=T&since=EPOCH:SEQ (hub.ParsePosition's
-// form; empty: all that is kept).
+// parseRequest reads /ws?topic=T&since=EPOCH:SEQ[&sender=NAME]
+// (hub.ParsePosition's form; empty: all that is kept). A connection
+// without a sender only receives; OnOpen checks the name.
 func parseRequest(r *http.Request, _ http.Header, c *gust.Conn) error {
 	q := r.URL.Query()
 	topic := q.Get("topic")
@@ -76,12 +100,41 @@ func parseRequest(r *http.Request, _ http.Header, c *gust.Conn) error {
 	}
 	c.Set(keyTopic, topic)
 	c.Set(keySince, since)
+	if q.Has("sender") {
+		c.Set(keySender, q.Get("sender"))
+	}
 	return nil
+}
+
+// maxSender and maxID bound a sender's name and a message's id, in bytes.
+const (
+	maxSender = 64
+	maxID     = 64
+)
+
+// validSender tells whether name may name a sender: 1 to 64 bytes of
+// printable UTF-8 without '/', so that name+"/"+id, the message's id for
+// Hub.PublishOnce, names one sender's message only.
+func validSender(name string) bool {
+	if name == "" || len(name) > maxSender || !utf8.ValidString(name) {
+		return false
+	}
+	for _, r := range name {
+		if r == '/' || !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *subscriber) OnOpen(c *gust.Conn) {
 	n := s.open.Add(1)
 	for p := s.peak.Load(); n > p && !s.peak.CompareAndSwap(p, n); p = s.peak.Load() {
+	}
+	if name, ok := c.Get(keySender); ok && !validSender(name.(string)) {
+		s.refused.Add(1)
+		c.Close(gust.StatusPolicyViolation, "sender: 1 to 64 bytes of printable text without '/'")
+		return
 	}
 	topic, _ := c.Get(keyTopic)
 	since, _ := c.Get(keySince)
@@ -90,6 +143,84 @@ func (s *subscriber) OnOpen(c *gust.Conn) {
 		return
 	}
 	s.subscribed.Add(1)
+}
+
+// clientMessage is what a sender sends: its id for the message (the same
+// each time it sends it again), its counter K (from 1), when it first sent
+// it (Unix microseconds) and which attempt this is (from 1).
+type clientMessage struct {
+	ID      string `json:"id"`
+	N       uint64 `json:"n"`
+	At      int64  `json:"at"`
+	Attempt uint64 `json:"a"`
+}
+
+// storedMessage is what the instance publishes for it: the same, with the
+// sender's name, taken from the connection and not from the message.
+type storedMessage struct {
+	From    string `json:"from"`
+	ID      string `json:"id"`
+	N       uint64 `json:"n"`
+	At      int64  `json:"at"`
+	Attempt uint64 `json:"a"`
+}
+
+// ackMessage is the acknowledgement of a message once it is stored: its
+// id and its position in the topic's history, examples/chat's form.
+type ackMessage struct {
+	Ack   string `json:"ack"`
+	Seq   uint64 `json:"seq"`
+	Epoch string `json:"epoch"`
+}
+
+// OnMessage publishes a sender's message with Hub.PublishOnce, its id the
+// sender's name and the message's: stored once however many times it is
+// sent within the history's duplicate window. Once stored, the ack is
+// queued on the connection (WriteAsync: the broker's goroutine never
+// waits); a message not stored closes the connection with 1013, so that
+// the sender connects again and sends what waits, in order. A message from
+// a connection without a sender, or not of the form, closes it with 1008.
+func (s *subscriber) OnMessage(c *gust.Conn, m *gust.Message) {
+	defer m.Close()
+	name, _ := c.Get(keySender)
+	sender, _ := name.(string)
+	var in clientMessage
+	if sender == "" || m.Opcode != gust.OpText || json.Unmarshal(m.Data, &in) != nil ||
+		in.ID == "" || len(in.ID) > maxID || in.N == 0 {
+		s.refused.Add(1)
+		c.Close(gust.StatusPolicyViolation, `want {"id":ID,"n":K,"at":MICROSECONDS,"a":ATTEMPT} from a sender`)
+		return
+	}
+	topic, _ := c.Get(keyTopic)
+	payload, err := json.Marshal(storedMessage{From: sender, ID: in.ID, N: in.N, At: in.At, Attempt: in.Attempt})
+	if err != nil {
+		s.refused.Add(1)
+		c.Close(gust.StatusInternalError, "encoding")
+		return
+	}
+	s.received.Add(1)
+	err = s.hub.PublishOnce(topic.(string), gust.OpText, payload, sender+"/"+in.ID, func(pos hub.Position, err error) {
+		if err != nil {
+			s.failed.Add(1)
+			go c.Close(gust.StatusTryAgainLater, "not stored: send it again")
+			return
+		}
+		s.acked.Add(1)
+		ack, _ := json.Marshal(ackMessage{Ack: in.ID, Seq: pos.Seq, Epoch: pos.Epoch})
+		if c.WriteAsync(gust.OpText, ack, nil) != nil {
+			s.undelivered.Add(1)
+		}
+	})
+	if err != nil {
+		s.failed.Add(1)
+		c.Close(gust.StatusTryAgainLater, "not stored: send it again")
+	}
+}
+
+// sent returns the counters of what senders sent.
+func (s *subscriber) sent() sentStats {
+	return sentStats{Received: s.received.Load(), Acked: s.acked.Load(), Failed: s.failed.Load(),
+		AcksUndelivered: s.undelivered.Load(), Refused: s.refused.Load()}
 }
 
 func (s *subscriber) OnClose(*gust.Conn, error) { s.open.Add(-1) }
@@ -177,6 +308,7 @@ func instanceMain(args []string) error {
 		return err
 	}
 	var beats beatCounter
+	beats.topic = *beatTopic
 	h, err := hub.New(&hub.Options{Broker: &watchedBroker{broker, beats.stored}, Logger: logger})
 	if err != nil {
 		return err
@@ -217,7 +349,7 @@ func instanceMain(args []string) error {
 		Addr: ln.Addr().String(), ConnectionsMax: sub.peak.Load(), Subscribed: sub.subscribed.Load(),
 		Delivered: st.Delivered, Dropped: st.Dropped, ClosedSlow: st.ClosedSlow, Gaps: st.Gaps, Resets: st.Resets,
 		NATSDisconnect: watch.disconnects, NATSDownMax: ms(watch.longest), Warnings: warnings.Load(),
-		Beats: beats.snapshot(),
+		Beats: beats.snapshot(), Sent: sub.sent(),
 	}
 	watch.mu.Unlock()
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -235,6 +367,7 @@ func instanceMain(args []string) error {
 // them: a message an instance publishes just before it is frozen is sent,
 // or given up, only once it runs again.
 type beatCounter struct {
+	topic  string
 	mu     sync.Mutex
 	st     beatStats
 	handed []time.Time // beat K handed over at handed[K-1]
@@ -263,14 +396,15 @@ func (b *beatCounter) run(ctx context.Context, h *hub.Hub, topic string, every t
 	}
 }
 
-// stored is the broker's report on a beat. A beat stored more than a
+// stored is the broker's report on a message: on a beat, or else on a
+// sender's message, which it ignores. A beat stored more than a
 // second after it was handed over, or given up, is told on stdout for the
 // driver: "late {"n":K,"handed":MICROSECONDS,"done":MICROSECONDS,"failed":BOOL}".
-func (b *beatCounter) stored(_ string, k uint64, _ hub.Position, err error) {
+func (b *beatCounter) stored(topic string, k uint64, _ hub.Position, err error) {
 	now := time.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if k == 0 || k > uint64(len(b.handed)) {
+	if topic != b.topic || k == 0 || k > uint64(len(b.handed)) {
 		return
 	}
 	handed := b.handed[k-1]

@@ -58,7 +58,11 @@ func (r *runner) schedule(ctx context.Context, selected []string) error {
 	published := make(chan struct{})
 	go func() {
 		defer close(published)
-		r.pub.run(start, cfg.Rate, halt)
+		if len(r.senders) > 0 {
+			r.send(start, cfg.Rate, halt)
+		} else {
+			r.pub.run(start, cfg.Rate, halt)
+		}
 	}()
 	defer func() {
 		select {
@@ -77,7 +81,11 @@ func (r *runner) schedule(ctx context.Context, selected []string) error {
 		}
 	}
 	r.enter(1, start)
-	log.Printf("chaos: publishing %.0f messages a second over %d topics", cfg.Rate, cfg.Topics)
+	if len(r.senders) > 0 {
+		log.Printf("chaos: %d senders sending %.0f messages a second over %d topics", len(r.senders), cfg.Rate, cfg.Topics)
+	} else {
+		log.Printf("chaos: publishing %.0f messages a second over %d topics", cfg.Rate, cfg.Topics)
+	}
 	if err := sleep(start.Add(cfg.Phase)); err != nil {
 		return err
 	}
@@ -282,7 +290,7 @@ func forgeries(lost []string) []forgery {
 // topic's last stored sequence.
 func (r *runner) joinForged(ctx context.Context) error {
 	epoch := r.pub.broker.Epoch()
-	_, seqs := r.pub.lastStored(epoch)
+	_, seqs := r.ledger.lastStored(epoch)
 	var lost []string
 	for _, e := range r.epochs {
 		if _, ok := r.lostAt[e]; ok {

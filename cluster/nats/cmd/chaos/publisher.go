@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"log"
 	"log/slog"
 	"os"
 	"strconv"
@@ -18,45 +17,26 @@ import (
 	"github.com/gustws/gust/hub"
 )
 
-// What became of a message handed to Hub.Publish.
-const (
-	sendPending = iota // not reported yet
-	sendStored         // the stream stored it: pos says where
-	sendFailed         // Publish refused it, or the broker gave it up (it may have been stored anyway)
-)
-
-// sendRecord is one message of the publisher: topic t's message k is
-// records[t][k-1].
-type sendRecord struct {
-	at     time.Time // handed to Hub.Publish
-	doneAt time.Time // stored or given up
-	pos    hub.Position
-	state  uint8
-	phase  uint8 // the phase it was handed over in
-}
-
-// publisher publishes to every topic from a Hub of its own, one goroutine
-// per topic so that a topic's counters are handed over in order, and
-// records where the stream stored each message (Hub.Publish returns once
-// the message is queued: the broker reports later).
+// publisher is the driver's own Hub, with its own NATS connection and
+// HistoryBroker: its broker tells the run the history's epoch, and with
+// -senders 0 it publishes to every topic, one goroutine per topic so that
+// a topic's counters are handed over in order, recording each message in
+// the ledger and where the stream stored it (Hub.Publish returns once the
+// message is queued: the broker reports later).
 type publisher struct {
 	nc     *nats.Conn
 	broker *gustnats.HistoryBroker
 	hub    *hub.Hub
 	watch  natsWatch
 	phase  func() int
-
-	mu       sync.Mutex
-	records  [][]sendRecord // per topic, message k at k-1
-	waiting  int            // handed over, not reported
-	unknown  int            // reports of messages that are not the publisher's
-	firstErr error
+	ledger *ledger
+	topics int
 }
 
 // newPublisher connects to NATS and makes (or updates) the history stream,
 // keeping keep messages per topic.
-func newPublisher(url string, topics int, keep int64, logPath string, phase func() int) (*publisher, error) {
-	p := &publisher{records: make([][]sendRecord, topics), phase: phase}
+func newPublisher(url string, topics int, keep int64, logPath string, g *ledger, phase func() int) (*publisher, error) {
+	p := &publisher{phase: phase, ledger: g, topics: topics}
 	nc, err := nats.Connect(url, append(p.watch.options(), nats.Name("chaos publisher"))...)
 	if err != nil {
 		return nil, fmt.Errorf("the publisher connecting to NATS at %s: %w", url, err)
@@ -86,11 +66,10 @@ func newPublisher(url string, topics int, keep int64, logPath string, phase func
 // start + ((k-1)·topics + t)/rate, and a topic held up catches up at once.
 func (p *publisher) run(start time.Time, rate float64, halt <-chan struct{}) {
 	var wg sync.WaitGroup
-	topics := len(p.records)
-	for t := range topics {
+	for t := range p.topics {
 		wg.Go(func() {
 			for k := uint64(1); ; k++ {
-				due := start.Add(time.Duration(float64((k-1)*uint64(topics)+uint64(t)) / rate * float64(time.Second)))
+				due := start.Add(time.Duration(float64((k-1)*uint64(p.topics)+uint64(t)) / rate * float64(time.Second)))
 				select {
 				case <-halt:
 					return
@@ -103,92 +82,24 @@ func (p *publisher) run(start time.Time, rate float64, halt <-chan struct{}) {
 	wg.Wait()
 }
 
+// publish publishes topic t's message k: {"n":K,"at":MICROSECONDS}.
 func (p *publisher) publish(t int, k uint64) {
-	payload := strconv.AppendUint([]byte(`{"n":`), k, 10)
-	payload = append(payload, '}')
-	p.mu.Lock()
-	p.records[t] = append(p.records[t], sendRecord{at: time.Now(), phase: uint8(p.phase())})
-	p.waiting++
-	p.mu.Unlock()
+	now := time.Now()
+	payload := fmt.Appendf(nil, `{"n":%d,"at":%d}`, k, now.UnixMicro())
 	// Recorded first: the broker may report before Publish returns.
-	err := p.hub.Publish(topicName(t), gust.OpText, payload)
-	if err != nil {
-		p.settle(t, k, hub.Position{}, err)
+	p.ledger.add(t, sourcePublisher, uint32(k), now, p.phase())
+	if err := p.hub.Publish(topicName(t), gust.OpText, payload); err != nil {
+		p.ledger.settle(t, sourcePublisher, uint32(k), hub.Position{}, err)
 	}
 }
 
 // stored is the broker's report on a message.
 func (p *publisher) stored(topic string, k uint64, pos hub.Position, err error) {
 	t, ok := topicIndex(topic)
-	if !ok || k == 0 {
-		p.mu.Lock()
-		p.unknown++
-		p.mu.Unlock()
-		return
+	if !ok || k == 0 || k >= 1<<32 {
+		t = -1 // counted as unknown
 	}
-	p.settle(t, k, pos, err)
-}
-
-func (p *publisher) settle(t int, k uint64, pos hub.Position, err error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if t >= len(p.records) || k > uint64(len(p.records[t])) || p.records[t][k-1].state != sendPending {
-		p.unknown++
-		return
-	}
-	r := &p.records[t][k-1]
-	r.doneAt, r.pos, r.state = time.Now(), pos, sendStored
-	if err != nil {
-		r.state = sendFailed
-		if p.firstErr == nil {
-			p.firstErr = err
-			log.Printf("chaos: publishing %s #%d: %v", topicName(t), k, err)
-		}
-	}
-	p.waiting--
-}
-
-// waitReported waits, at most d, until the broker has reported every
-// message handed over, and returns how many it has not.
-func (p *publisher) waitReported(d time.Duration) int {
-	deadline := time.Now().Add(d)
-	for {
-		p.mu.Lock()
-		n := p.waiting
-		p.mu.Unlock()
-		if n == 0 || time.Now().After(deadline) {
-			return n
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// snapshot returns a copy of the records, for the checks.
-func (p *publisher) snapshot() [][]sendRecord {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	out := make([][]sendRecord, len(p.records))
-	for t, rs := range p.records {
-		out[t] = append([]sendRecord(nil), rs...)
-	}
-	return out
-}
-
-// lastStored returns, per topic, the counter and sequence of the last
-// message stored in epoch (0, 0 when none).
-func (p *publisher) lastStored(epoch string) (ks, seqs []uint64) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	ks, seqs = make([]uint64, len(p.records)), make([]uint64, len(p.records))
-	for t, rs := range p.records {
-		for i := len(rs) - 1; i >= 0; i-- {
-			if rs[i].state == sendStored && rs[i].pos.Epoch == epoch {
-				ks[t], seqs[t] = uint64(i+1), rs[i].pos.Seq
-				break
-			}
-		}
-	}
-	return ks, seqs
+	p.ledger.settle(t, sourcePublisher, uint32(k), pos, err)
 }
 
 func (p *publisher) close() {

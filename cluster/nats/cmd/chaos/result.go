@@ -22,13 +22,13 @@ type result struct {
 	BeatSeconds     float64  `json:"beat_seconds"`
 	Events          []string `json:"events"` // what the driver did, seconds from the first publish
 
-	HandedOver    uint64   `json:"handed_over"`        // Hub.Publish calls
-	Stored        uint64   `json:"stored"`             // reported stored by the broker
+	HandedOver    uint64   `json:"handed_over"`        // Hub.Publish calls, or messages the senders made
+	Stored        uint64   `json:"stored"`             // reported stored by the broker, or acknowledged
 	PublishFailed uint64   `json:"publish_failed"`     // refused, or given up by the broker (stored or not)
 	Unreported    int      `json:"publish_unreported"` // no report from the broker at the end
 	FailedOutside int      `json:"publish_failed_outside_outages"`
 	FailWindowMax float64  `json:"publish_failing_max_ms"` // the longest time publishes kept failing
-	StoreP50      float64  `json:"store_p50_ms"`           // from Hub.Publish to the broker's report
+	StoreP50      float64  `json:"store_p50_ms"`           // the publisher's: from Hub.Publish to the broker's report
 	StoreP99      float64  `json:"store_p99_ms"`
 	StoreMax      float64  `json:"store_max_ms"`
 	PublisherNATS int      `json:"publisher_nats_disconnects"`
@@ -48,6 +48,18 @@ type result struct {
 	GoneWithStore  uint64 `json:"gone_with_store"`
 	Muted          int    `json:"muted"`
 	Foreign        uint64 `json:"foreign"` // messages of another topic, unreadable, or never published
+	// A sender's message received in a lost epoch and acknowledged in a
+	// later one: stored before the loss, its acknowledgement lost.
+	LostCopies      uint64 `json:"lost_epoch_copies"`
+	StreamConflicts uint64 `json:"stream_conflicts"` // positions at which two clients got different messages
+
+	// From the first send (a sender's first write, the publisher's
+	// Hub.Publish) to a regular client's arrival, replays after a
+	// reconnection included (the forged members, who join late, left out).
+	DeliveryP50 float64     `json:"delivery_p50_ms"`
+	DeliveryP99 float64     `json:"delivery_p99_ms"`
+	DeliveryMax float64     `json:"delivery_max_ms"`
+	Sent        *sentResult `json:"sent,omitempty"` // the senders, when there are
 
 	Disconnected int     `json:"clients_disconnected"`
 	FailedDials  int     `json:"failed_dials"`
@@ -108,6 +120,17 @@ type phaseResult struct {
 	PauseP99 float64 `json:"pause_p99_ms"` // the longest pause between two messages per regular client: p99 and max
 	PauseMax float64 `json:"pause_max_ms"`
 
+	// The senders' messages made in the phase, those resent, and their
+	// ack latency; the delivery latency of those received in it.
+	Sent        uint64  `json:"sent"`
+	Resent      uint64  `json:"resent"`
+	AckP50      float64 `json:"ack_p50_ms"`
+	AckP99      float64 `json:"ack_p99_ms"`
+	AckMax      float64 `json:"ack_max_ms"`
+	DeliveryP50 float64 `json:"delivery_p50_ms"`
+	DeliveryP99 float64 `json:"delivery_p99_ms"`
+	DeliveryMax float64 `json:"delivery_max_ms"`
+
 	LateBeats   int     `json:"late_beats"` // instances' own messages received more than a second after they were published
 	LateBeatMax float64 `json:"late_beat_max_ms"`
 	// Phase freeze: the instance stopped, and its own messages handed
@@ -157,8 +180,9 @@ func (r *runner) result(stats []*instanceStats, unreported int) *result {
 		res.Phases[o.phase].Outage = ms(o.ready.Sub(o.stop))
 	}
 
-	// The publisher.
-	recs := r.pub.snapshot()
+	// What was published: by the publisher, or by the senders.
+	logs := r.ledger.snapshot()
+	recs := recsOf(logs)
 	var store []time.Duration
 	phaseStore := make([][]time.Duration, np)
 	for _, rs := range recs {
@@ -169,8 +193,10 @@ func (r *runner) result(stats []*instanceStats, unreported int) *result {
 			case sendStored:
 				res.Stored++
 				res.Phases[rec.phase].Stored++
-				store = append(store, rec.doneAt.Sub(rec.at))
-				phaseStore[rec.phase] = append(phaseStore[rec.phase], rec.doneAt.Sub(rec.at))
+				if rec.src == sourcePublisher {
+					store = append(store, rec.doneAt.Sub(rec.at))
+					phaseStore[rec.phase] = append(phaseStore[rec.phase], rec.doneAt.Sub(rec.at))
+				}
 			case sendFailed:
 				res.PublishFailed++
 			}
@@ -193,7 +219,7 @@ func (r *runner) result(stats []*instanceStats, unreported int) *result {
 
 	// The clients.
 	final := r.pub.broker.Epoch()
-	lastK, _ := r.pub.lastStored(final)
+	_, lastSeq := r.ledger.lastStored(final)
 	storedIn := make(map[string][]bool) // per epoch, per topic: anything stored there
 	for _, ph := range r.phases {
 		if ph.anew != "" {
@@ -219,6 +245,11 @@ func (r *runner) result(stats []*instanceStats, unreported int) *result {
 	pauses := make([][]time.Duration, np)
 	forgedBy := make(map[string]*forgedResult)
 	var forgedKinds []string
+	obs := make([]streams, cfg.Topics) // what the clients got, per topic and epoch
+	for t := range obs {
+		obs[t] = make(streams)
+	}
+	deliveries := make([][]uint32, np)
 	for _, cl := range r.clients {
 		cl.mu.Lock()
 		res.Foreign += cl.foreign
@@ -248,11 +279,11 @@ func (r *runner) result(stats []*instanceStats, unreported int) *result {
 		if !cl.live || !cl.downAt.IsZero() {
 			res.Unrecovered++
 		}
-		k := uint64(0)
+		seq := uint64(0)
 		if cl.kind != watcher {
-			k = lastK[cl.topic]
+			seq = lastSeq[cl.topic]
 		}
-		if !cl.live || k > 0 && (cl.seg == nil || cl.seg.epoch != final || !cl.seg.seen.has(k)) {
+		if !cl.live || seq > 0 && (cl.seg == nil || cl.seg.epoch != final || cl.seg.lastSeq < seq) {
 			res.Behind++
 		}
 		for _, lb := range cl.late {
@@ -264,6 +295,9 @@ func (r *runner) result(stats []*instanceStats, unreported int) *result {
 			cl.mu.Unlock()
 			continue
 		}
+		for i, ds := range cl.delivery {
+			deliveries[i] = append(deliveries[i], ds...)
+		}
 
 		// Its segments, against what the publisher was told.
 		var clientLost uint64
@@ -271,10 +305,14 @@ func (r *runner) result(stats []*instanceStats, unreported int) *result {
 		for _, s := range cl.segs {
 			res.Delivered += uint64(len(s.arrivals))
 			res.EpochSwitches += s.switched
-			c := checkSegment(s, recs[cl.topic], r.lostAt, cfg.Keep, cfg.Grace, end, np)
+			c := checkSegment(s, &logs[cl.topic], r.lostAt, cfg.Keep, cfg.Grace, end, np)
 			if c.skipped {
 				continue
 			}
+			for _, a := range s.arrivals {
+				obs[cl.topic].add(s.epoch, a)
+			}
+			res.LostCopies += c.lostCopies
 			res.Due += c.due
 			for i, n := range c.lost {
 				res.Phases[i].Lost += n
@@ -342,7 +380,7 @@ func (r *runner) result(stats []*instanceStats, unreported int) *result {
 			}
 			if len(cl.segs) > 0 && !cl.segs[0].recovered.IsZero() {
 				f.Recovered++
-				if checkSegment(cl.segs[0], recs[cl.topic], r.lostAt, cfg.Keep, cfg.Grace, end, np).live {
+				if checkSegment(cl.segs[0], &logs[cl.topic], r.lostAt, cfg.Keep, cfg.Grace, end, np).live {
 					f.Live++
 				}
 			}
@@ -370,6 +408,7 @@ func (r *runner) result(stats []*instanceStats, unreported int) *result {
 	res.Recoveries = len(recoveries)
 	res.RecoveryP50, res.RecoveryP99 = ms(percentile(recoveries, 50)), ms(percentile(recoveries, 99))
 	res.RecoveryMax = ms(percentile(recoveries, 100))
+	r.sentResults(res, obs, deliveries)
 	res.Seconds = r.phases[np-1].end.Sub(r.phases[1].start).Seconds()
 	res.judge()
 	return res
@@ -405,7 +444,7 @@ func (res *result) judge() {
 		}
 	}
 	fail(res.Stored == 0, "nothing stored")
-	fail(res.Unreported > 0, "%d publishes never reported by the broker", res.Unreported)
+	fail(res.Unreported > 0, "%d messages never reported by the broker, or acknowledged", res.Unreported)
 	fail(res.FailedOutside > 0, "%d publishes failed outside the store's outages (and %v after)", res.FailedOutside, res.GraceSeconds)
 	fail(res.Lost > 0, "%d messages lost", res.Lost)
 	fail(res.Duplicated > 0, "%d messages duplicated", res.Duplicated)
@@ -418,6 +457,7 @@ func (res *result) judge() {
 	fail(res.Foreign > 0, "%d messages of another topic, unreadable, or never published", res.Foreign)
 	fail(res.Unrecovered > 0, "%d clients not recovered at the end", res.Unrecovered)
 	fail(res.Behind > 0, "%d clients without their topic's last message at the end", res.Behind)
+	res.judgeSent(fail)
 	for _, p := range res.Phases {
 		switch p.Name {
 		case "kill", "burst":
@@ -441,9 +481,9 @@ func (res *result) summary() string {
 	if !res.Pass {
 		verdict = "FAIL: " + strings.Join(res.Failures, "; ")
 	}
-	return fmt.Sprintf("chaos: stored %d of %d published (failed %d), delivered %d, due %d, lost %d, duplicated %d, out of order %d, gaps %d, resets %d (spurious %d), muted %d; recovery p50 %.0f ms, p99 %.0f ms; %s",
+	return fmt.Sprintf("chaos: stored %d of %d published (failed %d), delivered %d, due %d, lost %d, duplicated %d, out of order %d, gaps %d, resets %d (spurious %d), muted %d; recovery p50 %.0f ms, p99 %.0f ms%s; %s",
 		res.Stored, res.HandedOver, res.PublishFailed, res.Delivered, res.Due, res.Lost, res.Duplicated, res.OutOfOrder, res.Gaps,
-		res.Resets, res.SpuriousResets, res.Muted, res.RecoveryP50, res.RecoveryP99, verdict)
+		res.Resets, res.SpuriousResets, res.Muted, res.RecoveryP50, res.RecoveryP99, res.sentSummary(), verdict)
 }
 
 // markdown is the result as tables: the totals, the phases side by side,
@@ -454,16 +494,22 @@ func (res *result) markdown() string {
 	bold := func(n uint64) string { return "**" + commas(n) + "**" }
 	b.WriteString("| | |\n|---|---:|\n")
 	row("clients", fmt.Sprintf("%s over %d instances, %d topics; %d forged members", commas(uint64(res.Clients)), res.Instances, res.Topics, res.forgedMembers()))
-	row("messages handed to Hub.Publish / stored / failed", fmt.Sprintf("%s / %s / %s", commas(res.HandedOver), commas(res.Stored), commas(res.PublishFailed)))
-	row("longest time publishes kept failing; failed outside the store's outages", fmt.Sprintf("%s; %d", msStr(res.FailWindowMax), res.FailedOutside))
-	row("store latency (Hub.Publish to the broker's report) p50 / p99 / max", fmt.Sprintf("%s / %s / %s", msStr(res.StoreP50), msStr(res.StoreP99), msStr(res.StoreMax)))
+	if res.Sent == nil {
+		row("messages handed to Hub.Publish / stored / failed", fmt.Sprintf("%s / %s / %s", commas(res.HandedOver), commas(res.Stored), commas(res.PublishFailed)))
+		row("longest time publishes kept failing; failed outside the store's outages", fmt.Sprintf("%s; %d", msStr(res.FailWindowMax), res.FailedOutside))
+		row("store latency (Hub.Publish to the broker's report) p50 / p99 / max", fmt.Sprintf("%s / %s / %s", msStr(res.StoreP50), msStr(res.StoreP99), msStr(res.StoreMax)))
+	}
+	res.sentMarkdown(row, bold)
+	row("**publish-to-delivery latency** (first send to a regular client's arrival, replays after reconnecting included) p50 / p99 / max",
+		fmt.Sprintf("**%s / %s** / %s", msStr(res.DeliveryP50), msStr(res.DeliveryP99), msStr(res.DeliveryMax)))
 	row("history epochs", fmt.Sprintf("%d (%s)", len(res.Epochs), strings.Join(res.Epochs, ", ")))
 	row("messages due to clients (each, its topic's in each epoch it was in, as kept)", commas(res.Due))
 	row("messages delivered (received by clients, replays included)", commas(res.Delivered))
 	row("**lost**", bold(res.Lost))
 	row("**duplicated**", bold(res.Duplicated))
 	row("**out of order**", bold(res.OutOfOrder))
-	row("received at another epoch or sequence than stored at", commas(res.Misnumbered))
+	row("received at another epoch or sequence than stored at; a sender's copy in a lost epoch; clients disagreeing on a position",
+		fmt.Sprintf("%d; %d; %d", res.Misnumbered, res.LostCopies, res.StreamConflicts))
 	row("gap notices without reset / resets / resets no loss explains", fmt.Sprintf("%d / %d / %d", res.Gaps, res.Resets, res.SpuriousResets))
 	row("gone with the store (stored in a lost epoch after the last a client got)", commas(res.GoneWithStore))
 	row("**muted clients**", bold(uint64(res.Muted)))
@@ -502,11 +548,14 @@ func (res *result) markdown() string {
 	}
 	line("seconds", func(p phaseResult) string { return fmt.Sprintf("%.1f", p.Seconds) })
 	line("nats-server outage (stop to JetStream answering)", func(p phaseResult) string { return orDash(p.Outage > 0, msStr(p.Outage)) })
-	line("handed over / stored / failed", func(p phaseResult) string {
-		return fmt.Sprintf("%s / %s / %s", commas(p.HandedOver), commas(p.Stored), commas(p.Failed))
-	})
-	line("longest time publishes kept failing", func(p phaseResult) string { return msStr(p.FailWindow) })
-	line("store latency p99 / max", func(p phaseResult) string { return fmt.Sprintf("%s / %s", msStr(p.StoreP99), msStr(p.StoreMax)) })
+	if res.Sent == nil {
+		line("handed over / stored / failed", func(p phaseResult) string {
+			return fmt.Sprintf("%s / %s / %s", commas(p.HandedOver), commas(p.Stored), commas(p.Failed))
+		})
+		line("longest time publishes kept failing", func(p phaseResult) string { return msStr(p.FailWindow) })
+		line("store latency p99 / max", func(p phaseResult) string { return fmt.Sprintf("%s / %s", msStr(p.StoreP99), msStr(p.StoreMax)) })
+	}
+	res.sentPhaseRows(line)
 	line("disconnections", func(p phaseResult) string { return strconv.Itoa(p.Disconnects) })
 	line("recoveries: p50 / p99 / max", func(p phaseResult) string {
 		return orDash(p.Recoveries > 0, fmt.Sprintf("%d: %s / %s / %s", p.Recoveries, msStr(p.RecoveryP50), msStr(p.RecoveryP99), msStr(p.RecoveryMax)))
@@ -547,16 +596,17 @@ func (res *result) markdown() string {
 		}
 	}
 
-	b.WriteString("\n| instance | most connections | subscriptions | delivered | dropped | closed slow | gaps / resets sent | NATS disconnects | longest NATS outage | own messages: stored / failed / stored > 1 s late (max) | warnings |\n")
-	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("\n| instance | most connections | subscriptions | delivered | dropped | closed slow | gaps / resets sent | NATS disconnects | longest NATS outage | own messages: stored / failed / stored > 1 s late (max) | senders' messages: received / acknowledged / failed / acks to a closed connection / refused | warnings |\n")
+	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for i, st := range res.PerInstance {
 		if st == nil {
-			fmt.Fprintf(&b, "| %d | killed (-9) | | | | | | | | | |\n", i)
+			fmt.Fprintf(&b, "| %d | killed (-9) | | | | | | | | | | |\n", i)
 			continue
 		}
-		fmt.Fprintf(&b, "| %d | %d | %d | %s | %d | %d | %d / %d | %d | %s | %d / %d / %d (%s) | %d |\n", i, st.ConnectionsMax, st.Subscribed,
+		fmt.Fprintf(&b, "| %d | %d | %d | %s | %d | %d | %d / %d | %d | %s | %d / %d / %d (%s) | %s / %s / %d / %d / %d | %d |\n", i, st.ConnectionsMax, st.Subscribed,
 			commas(st.Delivered), st.Dropped, st.ClosedSlow, st.Gaps, st.Resets, st.NATSDisconnect, msStr(st.NATSDownMax),
-			st.Beats.Stored, st.Beats.Failed, st.Beats.Late, msStr(st.Beats.StoreMax), st.Warnings)
+			st.Beats.Stored, st.Beats.Failed, st.Beats.Late, msStr(st.Beats.StoreMax),
+			commas(st.Sent.Received), commas(st.Sent.Acked), st.Sent.Failed, st.Sent.AcksUndelivered, st.Sent.Refused, st.Warnings)
 	}
 	return b.String()
 }

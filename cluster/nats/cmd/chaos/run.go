@@ -30,6 +30,7 @@ type config struct {
 	Clients        int           `json:"clients"`
 	Topics         int           `json:"topics"`
 	Rate           float64       `json:"rate"`
+	Senders        int           `json:"senders"`
 	Phases         string        `json:"phases"`
 	Phase          time.Duration `json:"-"`
 	NATSDown       time.Duration `json:"-"`
@@ -60,7 +61,8 @@ func (c *config) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Instances, "instances", 3, "gust server processes")
 	fs.IntVar(&c.Clients, "clients", 3000, "WebSocket clients, spread evenly over the topics, a topic's over the instances")
 	fs.IntVar(&c.Topics, "topics", 100, "topics")
-	fs.Float64Var(&c.Rate, "rate", 1000, "messages published a second, round-robin over the topics")
+	fs.Float64Var(&c.Rate, "rate", 1000, "messages published a second, over all topics: by the senders, or by the driver's publisher with -senders 0")
+	fs.IntVar(&c.Senders, "senders", -1, "clients that also send to their topic, through their instance, -rate/senders messages a second each: the first ones, a topic's on different instances (-1: 3 a topic, at most -clients; 0: none, the driver's publisher publishes instead)")
 	fs.StringVar(&c.Phases, "phases", strings.Join(phaseOrder, ","), "the phases to run after the first, in this order whatever the list's: "+strings.Join(phaseOrder, ", "))
 	fs.DurationVar(&c.Phase, "phase", 10*time.Second, "publishing before the first phase and after each one's event")
 	fs.DurationVar(&c.NATSDown, "nats-down", 2*time.Second, "how long nats-server stays stopped")
@@ -113,6 +115,8 @@ func (c *config) check() error {
 		return errors.New("-instances: at least 2, so that clients have another to go to")
 	case c.Topics < 1 || c.Clients < c.Topics:
 		return errors.New("want -topics >= 1 and at least one client per topic")
+	case c.Senders < -1 || c.Senders > c.Clients:
+		return fmt.Errorf("-senders %d: want -1 to -clients (%d)", c.Senders, c.Clients)
 	case c.Rate <= 0 || c.Phase <= 0 || c.NATSDown < 0 || c.Drain <= 0 || c.Freeze <= 0:
 		return errors.New("-rate, -phase, -freeze and -drain must be positive, -nats-down not negative")
 	case c.Keep < 1 || c.Forged < 0 || c.ClientPing < 0 || c.Beat < 0 || c.Grace < 0:
@@ -137,7 +141,9 @@ type runner struct {
 	instances []*proc
 	addrs     []string
 	clients   []*client // regular ones first, then watchers, then forged ones as they join
+	senders   []*client // the first cfg.Senders regular clients
 	pub       *publisher
+	ledger    *ledger
 
 	phases   []*phaseInfo  // connect, publishing, those selected, drain
 	phase    atomic.Int32  // index in phases
@@ -215,7 +221,11 @@ func run(ctx context.Context, cfg config) (res *result, err error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &runner{cfg: cfg, stop: make(chan struct{}), lostAt: make(map[string]time.Time), frozen: cfg.FreezeInstance}
+	if cfg.Senders < 0 {
+		cfg.Senders = min(3*cfg.Topics, cfg.Clients)
+	}
+	r := &runner{cfg: cfg, stop: make(chan struct{}), lostAt: make(map[string]time.Time), frozen: cfg.FreezeInstance,
+		ledger: newLedger(cfg.Topics)}
 	for _, name := range append(append([]string{"connect", "publishing"}, selected...), "drain") {
 		r.phases = append(r.phases, &phaseInfo{name: name})
 	}
@@ -244,7 +254,7 @@ func run(ctx context.Context, cfg config) (res *result, err error) {
 	if err := r.startNATS(ctx); err != nil {
 		return nil, err
 	}
-	if r.pub, err = newPublisher(r.nats.url, cfg.Topics, cfg.Keep, filepath.Join(cfg.Work, "publisher.log"), func() int { return int(r.phase.Load()) }); err != nil {
+	if r.pub, err = newPublisher(r.nats.url, cfg.Topics, cfg.Keep, filepath.Join(cfg.Work, "publisher.log"), r.ledger, func() int { return int(r.phase.Load()) }); err != nil {
 		return nil, err
 	}
 	r.epochs = append(r.epochs, r.pub.broker.Epoch())
@@ -426,7 +436,12 @@ func (r *runner) connectClients(ctx context.Context) error {
 	for i := range r.cfg.Clients {
 		// A topic's clients, in turn on each instance.
 		t, j := i%r.cfg.Topics, i/r.cfg.Topics
-		r.clients = append(r.clients, newClient(r, i, regular, t, topicName(t), j%r.cfg.Instances))
+		cl := newClient(r, i, regular, t, topicName(t), j%r.cfg.Instances)
+		if i < r.cfg.Senders {
+			cl.snd = newSender(i, t)
+			r.senders = append(r.senders, cl)
+		}
+		r.clients = append(r.clients, cl)
 	}
 	if r.cfg.Beat > 0 {
 		for i := range r.cfg.Instances {
@@ -514,21 +529,23 @@ func (r *runner) mark(format string, args ...any) time.Time {
 	return now
 }
 
-// drain waits for the broker's report on every message (at most its
-// PublishTimeout and a little), then, at most cfg.Drain, until every
-// client is live and has the last message stored in its topic in the
-// history's epoch. It returns the messages not reported.
+// drain waits for the broker's report on every message the publisher
+// published, or the acknowledgement of every message the senders sent (at
+// most the broker's PublishTimeout and a little), then, at most cfg.Drain,
+// until every client is live and has the last message stored in its topic
+// in the history's epoch. It returns the messages not reported or
+// acknowledged.
 func (r *runner) drain(ctx context.Context) (unreported int) {
-	unreported = r.pub.waitReported(15 * time.Second)
+	unreported = r.ledger.waitReported(15 * time.Second)
 	epoch := r.pub.broker.Epoch()
-	ks, _ := r.pub.lastStored(epoch)
+	_, seqs := r.ledger.lastStored(epoch)
 	err := r.waitFor(ctx, r.cfg.Drain, "every client's last message", func() bool {
 		for _, cl := range r.clients {
-			k := uint64(0)
+			seq := uint64(0)
 			if cl.kind != watcher {
-				k = ks[cl.topic]
+				seq = seqs[cl.topic]
 			}
-			if !cl.caughtUp(epoch, k) {
+			if !cl.caughtUp(epoch, seq) {
 				return false
 			}
 		}
