@@ -42,10 +42,10 @@ const (
 	// the frame being written, if any, which cannot be cut short. A peer
 	// that reads again within Options.CloseTimeout of the overflow gets
 	// what was in flight, then the 1008 close frame (Metrics.Closed reports
-	// 1008, cause "slow"). One that does not is cut then, without a close
-	// frame: it sees the TCP connection end, or a reset, and its side
-	// reports 1006 (abnormal closure), as Metrics.Closed does here (cause
-	// "slow").
+	// 1008, cause "slow"). One that does not is cut then: it sees the TCP
+	// connection end, or a reset, and its side reports 1006 (abnormal
+	// closure), as Metrics.Closed does here (cause "slow"), or 1008 when
+	// its socket took the close frame all the same.
 	OutboxCloseSlow
 )
 

@@ -432,7 +432,12 @@ func TestOutboxCloseSlowReachesThePeer(t *testing.T) {
 				elapsed := time.Since(overflow)
 				require.ErrorIs(t, err, ErrSlowConsumer)
 				require.Less(t, elapsed, closeTimeout+2*time.Second, "cut by CloseTimeout, not WriteTimeout")
-				require.Equal(t, closeEvent{StatusAbnormalClosure, causeSlow}, ml.waitClose(t))
+				// 1006 when the close frame never left; 1008 when the socket
+				// took it (the unsent limit leaves a socket room for a small
+				// write now and then) and the peer never answered.
+				ev := ml.waitClose(t)
+				require.Equal(t, causeSlow, ev.cause)
+				require.Contains(t, []StatusCode{StatusAbnormalClosure, StatusPolicyViolation}, ev.code)
 				require.ErrorIs(t, <-late, net.ErrClosed)
 			})
 		})
