@@ -48,9 +48,7 @@ import (
 //     be duplicated or added to an event loop (most often EMFILE).
 //   - "fallback-type": c stays in goroutine mode: it is not a plain TCP or
 //     Unix socket (TLS gust did not make, an HTTP/2 stream, a wrapper).
-//   - "blocked": serving c held its event loop past 100 ms. Its record
-//     tells whether a callback ran meanwhile ("callbacks"): if none did,
-//     the time went to gust's own work or to the loop waiting for a CPU.
+//   - "blocked": serving c held its event loop past 100 ms.
 type Metrics interface {
 	// Handshake reports a handshake's outcome, on either side: 101 (200 over
 	// HTTP/2) when accepted, the refusal's status (400, 403, 503 while
@@ -98,11 +96,6 @@ var netpollEvents = [...]struct{ name, msg string }{
 	{"blocked", "gust: netpoll: serving a connection held its event loop, and every connection of the loop waited: a callback that blocks?"},
 }
 
-// heldByGust is the Warn record of a "blocked" event during which no
-// callback ran: the time went to gust's own work on the loop, or to the
-// loop waiting for a CPU.
-const heldByGust = "gust: netpoll: serving a connection held its event loop, and every connection of the loop waited, though no callback ran: gust's own work (reading, TLS, ending connections) or a machine too busy to run the loop"
-
 const (
 	netpollFallbackFD = iota
 	netpollFallbackType
@@ -132,13 +125,9 @@ func (nn *netpollNotes) due(kind int, now time.Time) (int, bool) {
 }
 
 // noteNetpoll reports a netpoll mode event on c to Metrics' Netpoll method,
-// if it has one, and to the Logger at level Warn, rate limited, with msg
-// (the event's own message if empty) and attrs.
-func (c *Conn) noteNetpoll(kind int, msg string, attrs ...slog.Attr) {
+// if it has one, and to the Logger at level Warn, rate limited.
+func (c *Conn) noteNetpoll(kind int, attr slog.Attr) {
 	ev := netpollEvents[kind]
-	if msg == "" {
-		msg = ev.msg
-	}
 	if m, ok := c.cfg.Metrics.(interface{ Netpoll(*Conn, string) }); ok {
 		m.Netpoll(c, ev.name)
 	}
@@ -150,8 +139,8 @@ func (c *Conn) noteNetpoll(kind int, msg string, attrs ...slog.Attr) {
 	if !ok {
 		return
 	}
-	attrs = append(attrs, c.remoteAttr(), slog.String("event", ev.name), slog.Int("count", n))
-	c.cfg.logger().LogAttrs(context.Background(), slog.LevelWarn, msg, attrs...)
+	c.cfg.logger().LogAttrs(context.Background(), slog.LevelWarn, ev.msg,
+		attr, c.remoteAttr(), slog.String("event", ev.name), slog.Int("count", n))
 }
 
 // The close causes Metrics.Closed and the Debug log records report.

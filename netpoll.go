@@ -27,10 +27,9 @@ import (
 // connection (handOff), which serves it as goroutine mode does until it
 // is idle again, and parks it: writes the socket did not take at once
 // (netWriteBacklog), a message streamed to its handler (StreamThreshold),
-// Options.Parallel's handlers all busy, the write lock held by another
-// goroutine, and a peer that keeps sending or a message that takes long to
-// inflate (loopWorkBudget). The peer's close frame and the end of the
-// connection go to the few goroutines that end connections (loopEnds).
+// a close frame and the end of the connection, Options.Parallel's handlers
+// all busy, the write lock held by another goroutine, and a peer that
+// keeps sending or a message that takes long to inflate (loopWorkBudget).
 
 // loopConn is a Conn as its event loop sees it (netpoll.Owner), and the
 // transport of a Conn in netpoll mode.
@@ -39,13 +38,13 @@ type loopConn Conn
 func (lc *loopConn) Sock() *netpoll.Sock { return (*Conn)(lc).sock() }
 
 // Readable serves a parked connection on its event loop, which found it
-// readable, and reports whether a callback ran.
-func (lc *loopConn) Readable() bool {
+// readable.
+func (lc *loopConn) Readable() {
 	c := (*Conn)(lc)
 	c.sock().Resumed()
 	c.takeRead()
 	c.rd.startTurn()
-	return c.serve(false)
+	c.serve(false)
 }
 
 // Wake resumes c if it is parked, on a goroutine of its own: a read then
@@ -54,13 +53,9 @@ func (lc *loopConn) Readable() bool {
 func (lc *loopConn) Wake() { (*Conn)(lc).wake() }
 
 // Held reports that serving c held its event loop for d, past
-// netpoll.HeldThreshold; called tells whether a callback ran meanwhile.
-func (lc *loopConn) Held(d time.Duration, called bool) {
-	msg := ""
-	if !called {
-		msg = heldByGust
-	}
-	(*Conn)(lc).noteNetpoll(netpollBlocked, msg, slog.Duration("held", d), slog.Bool("callbacks", called))
+// netpoll.HeldThreshold.
+func (lc *loopConn) Held(d time.Duration) {
+	(*Conn)(lc).noteNetpoll(netpollBlocked, slog.Duration("held", d))
 }
 
 // adopt gives c a socket of gust's own in place of its *net.TCPConn
@@ -126,7 +121,7 @@ func (lc *loopConn) fallback(kind int, err error) {
 	if kind == netpollFallbackType {
 		attr = slog.String("type", fmt.Sprintf("%T", lc.conn))
 	}
-	(*Conn)(lc).noteNetpoll(kind, "", attr)
+	(*Conn)(lc).noteNetpoll(kind, attr)
 }
 
 // dupHook is nil but in tests (export_linux_test.go): it is called before a
