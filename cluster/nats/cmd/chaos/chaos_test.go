@@ -337,7 +337,7 @@ func TestCheckSender(t *testing.T) {
 	require.Equal(t, uint64(1), c.strays, "#1, acknowledged in A, in B too")
 	require.Equal(t, uint64(1), c.outOfOrder, "and after #5 there")
 
-	s, st = setup()
+	_, st = setup()
 	st.add("B", arrival{src: 1, k: 5, seq: 2, attempt: 2})
 	require.Equal(t, uint64(1), st["B"].conflicts, "two clients, two messages at B:2")
 }
