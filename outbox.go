@@ -283,9 +283,7 @@ func (c *Conn) enqueue(it outboxItem) error {
 		return errClosed
 	}
 	if o.queued() >= c.cfg.OutboxSize {
-		if written := o.relieveLocked(); written != nil {
-			defer written.done()
-		}
+		defer o.relieveLocked().done() // relieves now; done runs once o.mu is released
 	}
 	if o.queued() >= c.cfg.OutboxSize {
 		m := c.cfg.Metrics
@@ -363,9 +361,6 @@ func (o *outbox) relieveLocked() relieved {
 		if q[i].done != nil {
 			written = append(written, doneWith{q[i].done, err})
 		}
-	}
-	if written == nil {
-		written = relieved{} // not nil: the caller's defer is cheap either way
 	}
 	clear(q[:n])
 	o.head += int32(n)
