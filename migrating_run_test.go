@@ -287,14 +287,18 @@ func TestMigratingBroadcastFastBesideSlow(t *testing.T) {
 				<-f.opened
 			}
 
-			// Message i is due at begin + i ms; a fast client's latency
-			// is counted from then, so that it includes the time the
-			// loop spent on other clients.
+			// Message i is due at begin + i*interval; a fast client's
+			// latency is counted from then, so that it includes the time
+			// the loop spent on other clients. A fast client whose reader
+			// is not scheduled for OutboxSize*interval (about 1 s, the
+			// latency this test allows) is closed as slow: on a busy
+			// machine under -race, 256 ms has happened.
+			const interval = 4 * time.Millisecond
 			p := make([]byte, 4<<10)
 			var slowest time.Duration
 			begin := time.Now()
 			for i := range n {
-				due := begin.Add(time.Duration(i) * time.Millisecond)
+				due := begin.Add(time.Duration(i) * interval)
 				time.Sleep(time.Until(due))
 				binary.BigEndian.PutUint64(p, uint64(i))
 				pm, err := gust.NewPreparedMessage(gust.OpBinary, p)
