@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"runtime/debug"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -312,5 +315,129 @@ func (c *Conn) closeNet() {
 		} else {
 			c.conn.Close()
 		}
+	}
+}
+
+// The ends the event loops hand over. A connection that ends on a loop
+// (the peer's close frame, a read error) is ended on a goroutine, since its
+// end may wait: the answer to the close frame on a full socket, OnClose.
+// When many end at once (a Shutdown, a network failure), a goroutine each
+// would put thousands of runnable goroutines in the scheduler's queue, and
+// a loop that gave up its CPU (a system call, a preemption) would wait
+// behind them all, with every connection it serves. So the loops queue the
+// ends, and as many goroutines as GOMAXPROCS end them in turn. One whose end
+// has run for endBlocked (an OnClose that waits on a database, a peer that
+// does not take the answer) no longer counts, and another starts: ends that
+// wait still overlap, as with a goroutine each.
+type loopEnds struct {
+	mu       sync.Mutex
+	queue    []loopEnd // from head on
+	head     int
+	workers  []*endWorker
+	max      int         // GOMAXPROCS, at the first end
+	timer    *time.Timer // while ends wait: look for workers that block
+	checking bool        // timer is armed
+}
+
+// loopEnd is a connection to end: err is why, nil for the peer's close
+// frame, read but not yet parsed (serveOffLoop parses it and ends c).
+type loopEnd struct {
+	c   *Conn
+	err error
+}
+
+// endWorker is a goroutine of loopEnds.
+type endWorker struct {
+	since atomic.Int64 // when its end in progress started (endClock), 0 between ends
+}
+
+// endBlocked is how long an end runs before loopEnds takes it that it
+// waits, and starts another goroutine in its place: far longer than
+// gust's own part of an end, tens of microseconds.
+const endBlocked = time.Millisecond
+
+var (
+	ends     loopEnds
+	endEpoch = time.Now()
+)
+
+// endClock is the time since endEpoch, never 0.
+func endClock() int64 { return int64(time.Since(endEpoch)) | 1 }
+
+// add queues c's end, for err (nil: the peer's close frame).
+func (e *loopEnds) add(c *Conn, err error) {
+	e.mu.Lock()
+	if e.head > 256 && e.head > len(e.queue)/2 { // never empty: drop what was taken
+		n := copy(e.queue, e.queue[e.head:])
+		clear(e.queue[n:])
+		e.queue, e.head = e.queue[:n], 0
+	}
+	e.queue = append(e.queue, loopEnd{c, err})
+	e.startLocked()
+	e.mu.Unlock()
+}
+
+// startLocked starts workers until as many as max are free to take the
+// queued ends (idle, or running an end that has not run for endBlocked),
+// and arms the timer if ends still wait for a worker.
+func (e *loopEnds) startLocked() {
+	if e.max == 0 {
+		e.max = runtime.GOMAXPROCS(0)
+	}
+	waiting := len(e.queue) - e.head
+	now := endClock()
+	free := 0
+	for _, w := range e.workers {
+		if s := w.since.Load(); s == 0 || now-s < int64(endBlocked) {
+			free++
+		}
+	}
+	for ; free < e.max && free < waiting; free++ {
+		w := new(endWorker)
+		e.workers = append(e.workers, w)
+		go e.run(w)
+	}
+	if waiting > free && !e.checking {
+		e.checking = true
+		if e.timer == nil {
+			e.timer = time.AfterFunc(endBlocked, e.check)
+		} else {
+			e.timer.Reset(endBlocked)
+		}
+	}
+}
+
+// check runs endBlocked after ends waited for a worker.
+func (e *loopEnds) check() {
+	e.mu.Lock()
+	e.checking = false
+	e.startLocked()
+	e.mu.Unlock()
+}
+
+// run ends the queued connections in turn, and returns once none is left.
+func (e *loopEnds) run(w *endWorker) {
+	for {
+		e.mu.Lock()
+		if e.head == len(e.queue) {
+			e.workers = slices.DeleteFunc(e.workers, func(x *endWorker) bool { return x == w })
+			if cap(e.queue) > 1024 {
+				e.queue = nil // give back what a crowd that left used
+			}
+			e.queue, e.head = e.queue[:0], 0
+			e.mu.Unlock()
+			return
+		}
+		end := e.queue[e.head]
+		e.queue[e.head] = loopEnd{}
+		e.head++
+		w.since.Store(endClock())
+		e.mu.Unlock()
+		if end.err == nil {
+			end.c.serveOffLoop()
+		} else {
+			end.c.end(end.err)
+		}
+		w.since.Store(0)
 	}
 }

@@ -18,8 +18,9 @@ import (
 // a loop runs it (c.rd.loop: it never waits) until it has nothing more to
 // read (it yields park), so that every frame is parsed across as many resumptions
 // as the chunks cut it into. Where the loop would hand the connection to a
-// goroutine (handOff: a close frame, a backlog), the rest of the input
-// is sent at once and the connection is served as that goroutine serves it.
+// goroutine (handOff: a backlog; handOffEnd: a close frame), what is left
+// of the read buffer is shrunk as serve does, the rest of the input is sent
+// at once, and the connection is served as that goroutine serves it.
 func runFuzzLoop(t *testing.T, in []byte, seed uint64, opts Options) (*fuzzRecorder, []byte) {
 	nc, peer := testkit.UnixPair(t)
 	defer peer.Close()
@@ -64,9 +65,11 @@ func runFuzzLoop(t *testing.T, in []byte, seed uint64, opts Options) (*fuzzRecor
 		}
 		c.rd.loop = false
 		send(rest, true)
-		if y == handOff {
+		if y == handOff || y == handOffEnd {
+			c.rd.shrink()
 			c.serveOffLoop()
 		} else {
+			c.rd.releaseAll()
 			c.end(err)
 		}
 		break

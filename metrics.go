@@ -48,7 +48,11 @@ import (
 //     be duplicated or added to an event loop (most often EMFILE).
 //   - "fallback-type": c stays in goroutine mode: it is not a plain TCP or
 //     Unix socket (TLS gust did not make, an HTTP/2 stream, a wrapper).
-//   - "blocked": serving c held its event loop past 100 ms.
+//   - "blocked": serving c held its event loop past 100 ms, and one of its
+//     callbacks ran meanwhile: most often a callback that waits.
+//   - "held": the same, but no callback ran: the time went to gust's own
+//     work (a large message, TLS) or to the loop waiting for a CPU on a
+//     machine too busy to run it.
 type Metrics interface {
 	// Handshake reports a handshake's outcome, on either side: 101 (200 over
 	// HTTP/2) when accepted, the refusal's status (400, 403, 503 while
@@ -94,12 +98,14 @@ var netpollEvents = [...]struct{ name, msg string }{
 	{"fallback-fd", "gust: netpoll: connections stay in goroutine mode for life: their descriptor could not be duplicated or added to an event loop (descriptor limit?)"},
 	{"fallback-type", "gust: netpoll: connections that are not plain TCP or Unix sockets (TLS gust did not make, HTTP/2, a wrapper) stay in goroutine mode"},
 	{"blocked", "gust: netpoll: serving a connection held its event loop, and every connection of the loop waited: a callback that blocks?"},
+	{"held", "gust: netpoll: serving a connection held its event loop, and every connection of the loop waited, though no callback ran: gust's own work (reading, TLS) or a machine too busy to run the loop"},
 }
 
 const (
 	netpollFallbackFD = iota
 	netpollFallbackType
 	netpollBlocked
+	netpollHeld
 )
 
 // netpollNotes limits the Warn records of netpoll mode's events to one a
@@ -125,8 +131,8 @@ func (nn *netpollNotes) due(kind int, now time.Time) (int, bool) {
 }
 
 // noteNetpoll reports a netpoll mode event on c to Metrics' Netpoll method,
-// if it has one, and to the Logger at level Warn, rate limited.
-func (c *Conn) noteNetpoll(kind int, attr slog.Attr) {
+// if it has one, and to the Logger at level Warn, rate limited, with attrs.
+func (c *Conn) noteNetpoll(kind int, attrs ...slog.Attr) {
 	ev := netpollEvents[kind]
 	if m, ok := c.cfg.Metrics.(interface{ Netpoll(*Conn, string) }); ok {
 		m.Netpoll(c, ev.name)
@@ -139,8 +145,8 @@ func (c *Conn) noteNetpoll(kind int, attr slog.Attr) {
 	if !ok {
 		return
 	}
-	c.cfg.logger().LogAttrs(context.Background(), slog.LevelWarn, ev.msg,
-		attr, c.remoteAttr(), slog.String("event", ev.name), slog.Int("count", n))
+	attrs = append(attrs, c.remoteAttr(), slog.String("event", ev.name), slog.Int("count", n))
+	c.cfg.logger().LogAttrs(context.Background(), slog.LevelWarn, ev.msg, attrs...)
 }
 
 // The close causes Metrics.Closed and the Debug log records report.

@@ -27,9 +27,10 @@ import (
 // connection (handOff), which serves it as goroutine mode does until it
 // is idle again, and parks it: writes the socket did not take at once
 // (netWriteBacklog), a message streamed to its handler (StreamThreshold),
-// a close frame and the end of the connection, Options.Parallel's handlers
-// all busy, the write lock held by another goroutine, and a peer that
-// keeps sending or a message that takes long to inflate (loopWorkBudget).
+// Options.Parallel's handlers all busy, the write lock held by another
+// goroutine, and a peer that keeps sending or a message that takes long to
+// inflate (loopWorkBudget). The peer's close frame and the end of the
+// connection go to the few goroutines that end connections (loopEnds).
 
 // loopConn is a Conn as its event loop sees it (netpoll.Owner), and the
 // transport of a Conn in netpoll mode.
@@ -38,13 +39,13 @@ type loopConn Conn
 func (lc *loopConn) Sock() *netpoll.Sock { return (*Conn)(lc).sock() }
 
 // Readable serves a parked connection on its event loop, which found it
-// readable.
-func (lc *loopConn) Readable() {
+// readable, and reports whether a callback ran.
+func (lc *loopConn) Readable() bool {
 	c := (*Conn)(lc)
 	c.sock().Resumed()
 	c.takeRead()
 	c.rd.startTurn()
-	c.serve(false)
+	return c.serve(false)
 }
 
 // Wake resumes c if it is parked, on a goroutine of its own: a read then
@@ -53,9 +54,14 @@ func (lc *loopConn) Readable() {
 func (lc *loopConn) Wake() { (*Conn)(lc).wake() }
 
 // Held reports that serving c held its event loop for d, past
-// netpoll.HeldThreshold.
-func (lc *loopConn) Held(d time.Duration) {
-	(*Conn)(lc).noteNetpoll(netpollBlocked, slog.Duration("held", d))
+// netpoll.HeldThreshold: "blocked" if a callback ran meanwhile, else
+// "held" (gust's own work, or the loop waiting for a CPU).
+func (lc *loopConn) Held(d time.Duration, called bool) {
+	kind := netpollHeld
+	if called {
+		kind = netpollBlocked
+	}
+	(*Conn)(lc).noteNetpoll(kind, slog.Duration("held", d))
 }
 
 // adopt gives c a socket of gust's own in place of its *net.TCPConn

@@ -499,3 +499,57 @@ func TestNetpollPanicAfterAFullSocketStillSends1011(t *testing.T) {
 		require.ErrorAs(t, h.waitClose(t), &pe)
 	})
 }
+
+// waitingClose is a recorder whose OnClose waits until every one of n
+// connections' OnClose has started.
+type waitingClose struct {
+	*recorder
+	n        int32
+	started  atomic.Int32
+	all      chan struct{}
+	timedOut atomic.Bool
+}
+
+func (w *waitingClose) OnClose(c *Conn, err error) {
+	if w.started.Add(1) == w.n {
+		close(w.all)
+	}
+	select {
+	case <-w.all:
+	case <-time.After(10 * time.Second):
+		w.timedOut.Store(true)
+	}
+	w.recorder.OnClose(c, err)
+}
+
+// The ends the event loops hand over (the peers' close frames here) run on
+// a few goroutines, about GOMAXPROCS, so that many ending at once do not
+// crowd the loops out of the CPUs; yet ends that wait overlap, as with a
+// goroutine each: every connection's OnClose here waits until all of them
+// have started, which that few alone would never let happen.
+func TestNetpollEndsThatWaitOverlap(t *testing.T) {
+	n := 4*runtime.GOMAXPROCS(0) + 4
+	h := &waitingClose{recorder: newRecorder(), n: int32(n), all: make(chan struct{})}
+	addr := startServer(t, h, &Options{Netpoll: true})
+	clients := make([]*rawClient, n)
+	for i := range clients {
+		clients[i] = dialRaw(t, addr, nil)
+		c := h.waitOpen(t)
+		require.Eventually(t, func() bool { return c.sock().Parked() }, 5*time.Second, time.Millisecond)
+	}
+	for _, c := range clients {
+		c.send(frame(0x88, []byte{0x03, 0xe8}))
+	}
+	select {
+	case <-h.all:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%d of %d OnClose calls started", h.started.Load(), n)
+	}
+	for range n {
+		require.Equal(t, StatusNormalClosure, CloseStatus(h.waitClose(t)))
+	}
+	require.False(t, h.timedOut.Load())
+	for _, c := range clients {
+		c.expectClose(StatusNormalClosure)
+	}
+}

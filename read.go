@@ -71,6 +71,7 @@ type readState struct {
 	begun      bool   // beginData has taken hdr into the message
 	stream     bool   // beginData chose to stream the message (StreamThreshold)
 	loop       bool   // parsing on an event loop: never wait (yield)
+	called     bool   // a callback ran in this turn on the loop (loopConn.Held)
 	drained    bool   // on the loop, the last read took all there was (readSome)
 	userReads  bool   // a streamed message's handler reads: reads wait, never park
 	armed      bool   // a deadline or a wake-up bounds the wait for the message in progress
@@ -112,7 +113,7 @@ func (rd *readState) release() {
 // startTurn begins a turn of parsing on an event loop, which found the
 // connection readable.
 func (rd *readState) startTurn() {
-	rd.loop, rd.work, rd.drained = true, 0, false
+	rd.loop, rd.work, rd.drained, rd.called = true, 0, false, false
 }
 
 // shrink moves the few bytes of a frame that came in part (a header, a
@@ -200,11 +201,13 @@ func (rd *readState) countEmpty(h *frameHeader) error {
 // netpoll mode, until it has nothing to read, and then parks it. On an
 // event loop (c.rd.loop), whatever would wait goes to a goroutine instead:
 // the rest of a message streamed to its handler, writes the socket did not
-// take, the end of the connection.
-func (c *Conn) serve(open bool) {
+// take, the end of the connection (loopEnds, the peer's close frame
+// included). It reports whether a callback ran on the loop (Held).
+func (c *Conn) serve(open bool) (called bool) {
 	for {
 		y, err := c.run(open)
 		open = false
+		called = called || c.rd.called
 		switch y {
 		case park:
 			if (*loopConn)(c).park() {
@@ -213,19 +216,26 @@ func (c *Conn) serve(open bool) {
 				c.rd.drained = false
 				continue
 			}
-			return
+			return called
 		case handOff:
 			c.rd.loop = false
+			c.rd.shrink()
 			go c.serveOffLoop()
-			return
+			return called
+		case handOffEnd:
+			c.rd.loop = false
+			c.rd.shrink() // the close frame, in a buffer its size
+			ends.add(c, nil)
+			return called
 		}
 		if c.rd.loop {
 			c.rd.loop = false
-			go c.end(err)
-			return
+			c.rd.releaseAll()
+			ends.add(c, err)
+			return called
 		}
 		c.end(err)
-		return
+		return called
 	}
 }
 
@@ -276,9 +286,10 @@ func (c *Conn) recovered(p any) error {
 type yield uint8
 
 const (
-	goOn    yield = iota
-	park          // nothing more has arrived: park on the event loop (Conn.park)
-	handOff       // what comes next may wait: go on on a goroutine of its own (serveOffLoop)
+	goOn       yield = iota
+	park             // nothing more has arrived: park on the event loop (Conn.park)
+	handOff          // what comes next may wait: go on on a goroutine of its own (serveOffLoop)
+	handOffEnd       // the peer's close frame: the connection ends off the loop (loopEnds)
 )
 
 // want is what the parser needs to go on when it stops without an error.
@@ -288,6 +299,7 @@ const (
 	wantBytes     want = iota + 1 // more bytes, into the read buffer (fill)
 	wantPayload                   // more of a large payload, read straight into the message buffer at rd.n
 	wantGoroutine                 // nothing: what comes next may wait, which an event loop must not
+	wantEnd                       // nothing: the peer's close frame, which ends the connection off the loop
 )
 
 // readFrames feeds the parser (parse) what the transport reads until the
@@ -304,6 +316,8 @@ func (c *Conn) readFrames() (yield, error) {
 			return goOn, err
 		case w == wantGoroutine:
 			return handOff, nil
+		case w == wantEnd:
+			return handOffEnd, nil
 		}
 		var y yield
 		if w == wantPayload {
@@ -373,7 +387,7 @@ func (c *Conn) parseControl(h *frameHeader) (want, error) {
 	case rd.w-rd.r < n:
 		return wantBytes, nil
 	case h.op == opClose && rd.loop:
-		return wantGoroutine, nil
+		return wantEnd, nil
 	}
 	return 0, c.control(h)
 }
@@ -382,15 +396,21 @@ func (c *Conn) parseControl(h *frameHeader) (want, error) {
 func (c *Conn) control(h *frameHeader) error {
 	rd := c.rd
 	// Unmasked in place: the bytes are consumed, and stay put until the
-	// next read from the socket, after the callback.
-	p := (*rd.buf)[rd.r : rd.r+int(h.length)]
+	// next read from the socket, after the callback. An empty close frame
+	// handed over from a loop has no buffer (serve shrinks it).
+	p := []byte{}
+	if rd.buf != nil {
+		p = (*rd.buf)[rd.r : rd.r+int(h.length)]
+	}
 	unmask(c.server, p, p, h.key, 0)
 	rd.r += len(p)
 	switch h.op {
 	case opPing:
+		rd.called = true
 		c.handler.OnPing(c, p)
 	case opPong:
 		c.pings.pong(p)
+		rd.called = true
 		c.handler.OnPong(c, p)
 	case opClose:
 		return c.readClose(p)
@@ -592,6 +612,7 @@ func (c *Conn) inflateMessage() error {
 // Options.Parallel, on a short-lived goroutine.
 func (c *Conn) dispatch(m *Message) {
 	if c.parallel == nil {
+		c.rd.called = true
 		c.handler.OnMessage(c, m)
 		c.rd.recycle(m)
 		return

@@ -5,11 +5,16 @@ import (
 	"context"
 	"math/rand/v2"
 	"net/http"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 )
+
+// closesPerSender is the fewest connections a shutdown gives each goroutine
+// that sends its close frames.
+const closesPerSender = 256
 
 // goingAwayReason is the reason of the close frame a shutdown sends, and
 // drainReason that of a drain's.
@@ -132,10 +137,14 @@ func (t *tracker) shutdown(ctx context.Context) error {
 }
 
 // shutdownWith sends a close frame with code and reason to every connection
-// that has not sent one, each on a goroutine of its own (none for code 0:
-// a drain's are on their way), and waits until they have ended or ctx is
-// done; then it cuts the rest, waits for their OnClose, and returns
-// ctx.Err().
+// that has not sent one (none for code 0: a drain's are on their way), and
+// waits until they have ended or ctx is done; then it cuts the rest, waits
+// for their OnClose, and returns ctx.Err().
+//
+// The close frames go out from as many goroutines as GOMAXPROCS, each
+// writing its share without waiting on a peer (closeNoWait): a goroutine
+// each would put thousands of runnable goroutines ahead of the event
+// loops, which read the answers, in the scheduler's queue.
 func (t *tracker) shutdownWith(ctx context.Context, code StatusCode, reason string) error {
 	t.startClosing()
 	var conns []*Conn
@@ -146,10 +155,13 @@ func (t *tracker) shutdownWith(ctx context.Context, code StatusCode, reason stri
 		t.mu.Unlock()
 	}
 	var closers sync.WaitGroup
-	for _, c := range conns {
-		if !c.closing.has(closeSent | netClosed) {
-			closers.Go(func() { c.startClose(code, reason) })
-		}
+	senders := min(runtime.GOMAXPROCS(0), (len(conns)+closesPerSender-1)/closesPerSender)
+	for i := range senders {
+		closers.Go(func() {
+			for j := i; j < len(conns); j += senders {
+				conns[j].closeNoWait(code, reason, &closers)
+			}
+		})
 	}
 	done := make(chan struct{})
 	go func() {
@@ -295,7 +307,7 @@ func (t *tracker) drain(ctx context.Context, window time.Duration, code StatusCo
 	for i := 0; i < len(plan); {
 		now := time.Since(start)
 		for ; i < len(plan) && plan[i].at <= now; i++ {
-			plan[i].c.closeNoWait(code, drainReason)
+			plan[i].c.closeNoWait(code, drainReason, nil)
 			plan[i].c = nil // an ended Conn is not kept for the window
 		}
 		if i == len(plan) {
@@ -354,19 +366,27 @@ func planCloses(plan []plannedClose, window time.Duration) {
 }
 
 // closeNoWait starts c's closing handshake with code and reason, as
-// startClose does, from a goroutine that must not wait on c (a drain's).
-// When c's write lock is free, the close frame is written at once, what
-// the socket does not take kept in the backlog, which a short-lived
-// goroutine then writes (the outbox's writer does the same); else, or when
-// c's transport cannot try a write (TLS in goroutine mode, HTTP/2), a
-// short-lived goroutine sends it.
-func (c *Conn) closeNoWait(code StatusCode, reason string) {
+// startClose does, from a goroutine that must not wait on c (a drain's, a
+// shutdown's). When c's write lock is free, the close frame is written at
+// once, what the socket does not take kept in the backlog, which a
+// short-lived goroutine then writes (the outbox's writer does the same);
+// else, or when c's transport cannot try a write (TLS in goroutine mode,
+// HTTP/2), a short-lived goroutine sends it. Those goroutines are counted
+// in wg, if not nil.
+func (c *Conn) closeNoWait(code StatusCode, reason string, wg *sync.WaitGroup) {
 	if c.closing.has(closeSent | netClosed) {
 		return
 	}
+	spawn := func(f func()) {
+		if wg != nil {
+			wg.Go(f)
+		} else {
+			go f()
+		}
+	}
 	w := &c.wr
 	if !c.direct() || !w.mu.TryLock() {
-		go c.startClose(code, reason)
+		spawn(func() { c.startClose(code, reason) })
 		return
 	}
 	loop := w.noWait // an event loop dispatches: it writes the backlog
@@ -380,13 +400,13 @@ func (c *Conn) closeNoWait(code StatusCode, reason string) {
 	}
 	c.setReadDeadline(time.Now().Add(c.cfg.CloseTimeout))
 	if backlog {
-		go func() {
+		spawn(func() {
 			w.mu.Lock()
 			defer w.mu.Unlock()
 			if !w.noWait {
 				c.writeFailed(c.writeBacklogLocked())
 			}
-		}()
+		})
 	}
 }
 

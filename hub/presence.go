@@ -86,12 +86,18 @@ type LocalPresence struct {
 type presenceTopic struct {
 	members map[string]int // member -> joins
 	// watchers is copied on write: a queued change keeps the watchers of
-	// its time, so a watcher added later never hears of it.
+	// its time, so a watcher added later never hears of it. A stopped
+	// watcher stays in it until stopped ones are half of it (then it is
+	// copied without them): stopping is not a copy of the topic's watchers
+	// each, which made a room that everyone leaves at once cost the square
+	// of its size.
 	watchers []*presenceWatcher
+	stopped  int // stopped watchers in watchers
 }
 
 type presenceWatcher struct {
 	f       func(PresenceEvent)
+	t       *presenceTopic // its topic's entry, which stays while it watches
 	stopped atomic.Bool
 }
 
@@ -182,19 +188,34 @@ func (p *LocalPresence) Watch(topic string, f func(PresenceEvent)) (stop func(),
 		return nil, ErrClosed
 	}
 	t := p.topic(topic)
+	w.t = t
 	t.watchers = append(slices.Clip(t.watchers), w)
 	var once sync.Once
 	return func() { once.Do(func() { p.unwatch(topic, w) }) }, nil
 }
 
 func (p *LocalPresence) unwatch(topic string, w *presenceWatcher) {
-	w.stopped.Store(true)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if t := p.topics[topic]; t != nil {
-		t.watchers = slices.DeleteFunc(slices.Clone(t.watchers), func(x *presenceWatcher) bool { return x == w })
-		p.drop(topic, t)
+	// Marked under the lock: a compaction under way drops a watcher it sees
+	// stopped, and must not see one whose stop is still to be counted.
+	if w.stopped.Swap(true) {
+		return // stopped already
 	}
+	t := p.topics[topic]
+	if t == nil || t != w.t { // Close forgot it
+		return
+	}
+	if t.stopped++; 2*t.stopped >= len(t.watchers) {
+		live := make([]*presenceWatcher, 0, len(t.watchers)-t.stopped)
+		for _, x := range t.watchers {
+			if !x.stopped.Load() {
+				live = append(live, x)
+			}
+		}
+		t.watchers, t.stopped = live, 0
+	}
+	p.drop(topic, t)
 }
 
 // Close forgets every member and watcher; changes not yet told are
@@ -222,7 +243,7 @@ func (p *LocalPresence) topic(topic string) *presenceTopic {
 
 // drop forgets a topic with no member and no watcher; p.mu held.
 func (p *LocalPresence) drop(topic string, t *presenceTopic) {
-	if len(t.members) == 0 && len(t.watchers) == 0 {
+	if len(t.members) == 0 && len(t.watchers) == t.stopped {
 		delete(p.topics, topic)
 	}
 }
@@ -230,7 +251,7 @@ func (p *LocalPresence) drop(topic string, t *presenceTopic) {
 // notify queues ev for t's watchers and starts the deliver goroutine if
 // none runs; p.mu held.
 func (p *LocalPresence) notify(t *presenceTopic, ev PresenceEvent) {
-	if len(t.watchers) == 0 {
+	if len(t.watchers) == t.stopped {
 		return
 	}
 	p.queue = append(p.queue, presenceDelivery{ev: ev, to: t.watchers})

@@ -2,7 +2,9 @@ package hub_test
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -210,4 +212,75 @@ func ExampleLocalPresence() {
 	// ann true
 	// bob true
 	// ann false
+}
+
+// Everyone in a room stops watching it at once (a mass close, each
+// connection's OnClose stopping its watch): each stop costs about the
+// same whatever the room's size, not a copy of its watchers (which made
+// the room's leaving cost the square of its size), and the watchers left
+// still hear what follows, those stopped do not.
+func TestLocalPresenceEveryoneStopsWatching(t *testing.T) {
+	const n = 2000
+	p := hub.NewLocalPresence()
+	var heard [n]atomic.Int32
+	stops := make([]func(), n)
+	for i := range n {
+		stop, err := p.Watch("room", func(hub.PresenceEvent) { heard[i].Add(1) })
+		require.NoError(t, err)
+		stops[i] = stop
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for _, stop := range stops[1:] {
+		stop()
+	}
+	runtime.ReadMemStats(&after)
+	// A copy of the room's watchers per stop made n allocations of up to
+	// n pointers; compacting once half are stopped makes about log2(n).
+	require.Less(t, after.Mallocs-before.Mallocs, uint64(n/10), "allocations of %d stops", n-1)
+
+	require.NoError(t, p.Join("room", "ann"))
+	waitFor(t, "the watcher left to hear ann's join", 5*time.Second, func() bool { return heard[0].Load() == 1 })
+	stops[0]()
+	require.NoError(t, p.Leave("room", "ann"))
+	require.Equal(t, hub.PresenceStats{}, p.Stats(), "no member, no watcher: the room is forgotten")
+	for i := 1; i < n; i++ {
+		require.Zero(t, heard[i].Load(), "watcher %d was stopped", i)
+	}
+	require.Equal(t, int32(1), heard[0].Load())
+}
+
+// Watchers stopped at once from many goroutines, and some twice: a stop
+// that came while another compacted its room's watchers was counted for a
+// watcher already dropped, and a later compaction panicked in OnClose
+// (makeslice: cap out of range) for members of a room everyone left.
+func TestLocalPresenceStopsAtOnce(t *testing.T) {
+	const rooms, size, goroutines = 200, 10, 16
+	p := hub.NewLocalPresence()
+	for i := range rooms { // a member keeps each room while its watchers stop
+		require.NoError(t, p.Join(fmt.Sprint("room-", i), "ann"))
+	}
+	var stops []func()
+	for i := range rooms * size {
+		stop, err := p.Watch(fmt.Sprint("room-", i/size), func(hub.PresenceEvent) {}) // a room's watchers stop together
+		require.NoError(t, err)
+		stops = append(stops, stop)
+	}
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := g; i < len(stops); i += goroutines {
+				stops[i]()
+				runtime.Gosched()
+				if i%7 == 0 {
+					stops[i]() // stop is idempotent
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for i := range rooms {
+		require.NoError(t, p.Leave(fmt.Sprint("room-", i), "ann"))
+	}
+	require.Equal(t, hub.PresenceStats{}, p.Stats(), "every watcher stopped: every room is forgotten")
 }

@@ -44,16 +44,17 @@ func Causes() []string {
 const (
 	NetpollFallbackFD   = "fallback-fd"   // descriptor limit: stays in goroutine mode
 	NetpollFallbackType = "fallback-type" // not a plain socket (TLS gust did not make, HTTP/2, a wrapper)
-	NetpollBlocked      = "blocked"       // held its event loop past 100 ms
+	NetpollBlocked      = "blocked"       // held its event loop past 100 ms while a callback ran
+	NetpollHeld         = "held"          // the same with no callback running: gust's work, or no CPU free
 )
 
 // NetpollEvents lists the netpoll events. It returns a new slice each
 // time.
 func NetpollEvents() []string {
-	return []string{NetpollFallbackFD, NetpollFallbackType, NetpollBlocked}
+	return []string{NetpollFallbackFD, NetpollFallbackType, NetpollBlocked, NetpollHeld}
 }
 
-// netpollIndex is event's slot in Counters.netpoll; 3 for an event outside
+// netpollIndex is event's slot in Counters.netpoll; 4 for an event outside
 // the set.
 func netpollIndex(event string) int {
 	switch event {
@@ -63,8 +64,10 @@ func netpollIndex(event string) int {
 		return 1
 	case NetpollBlocked:
 		return 2
+	case NetpollHeld:
+		return 3
 	}
-	return 3
+	return 4
 }
 
 // causeOther counts a cause outside the set, which a later gust might add.
@@ -118,7 +121,7 @@ type Counters struct {
 	queued             atomic.Int64
 	queuedTotal        atomic.Int64
 	dropped            atomic.Int64
-	netpoll            [4]atomic.Int64 // by netpollIndex
+	netpoll            [5]atomic.Int64 // by netpollIndex
 }
 
 var _ gust.Metrics = (*Counters)(nil)

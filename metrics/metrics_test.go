@@ -319,9 +319,10 @@ func TestCountersNetpoll(t *testing.T) {
 	c.Netpoll(nil, NetpollFallbackFD)
 	c.Netpoll(nil, NetpollFallbackFD)
 	c.Netpoll(nil, NetpollFallbackType)
+	c.Netpoll(nil, NetpollHeld)
 	c.Netpoll(nil, "something new")
 	s := c.Snapshot()
-	require.Equal(t, map[string]int64{NetpollFallbackFD: 2, NetpollFallbackType: 1, NetpollBlocked: 0, "other": 1}, s.Netpoll)
+	require.Equal(t, map[string]int64{NetpollFallbackFD: 2, NetpollFallbackType: 1, NetpollBlocked: 0, NetpollHeld: 1, "other": 1}, s.Netpoll)
 	require.Contains(t, c.String(), `"netpoll":{`)
 
 	if testing.Short() {

@@ -314,11 +314,11 @@ func (p *poller) loop(epfd, wakefd int) {
 		// the start of the next.
 		start := time.Now()
 		for i, o := range ready {
-			o.Readable()
+			user := o.Readable()
 			ready[i] = nil
 			end := time.Now()
 			if d := end.Sub(start); d > HeldThreshold {
-				o.Held(d)
+				o.Held(d, user)
 				end = time.Now() // the report's own time is not the next turn's
 			}
 			start = end

@@ -31,15 +31,16 @@ type Owner interface {
 	// Readable is called on the event loop when the parked socket turned
 	// readable, or saw the peer's end: it serves what arrived, without
 	// waiting, then parks the socket again (Register, Park) or hands it to
-	// a goroutine.
-	Readable()
+	// a goroutine. It reports whether it ran code of the owner's user (a
+	// callback), for Held.
+	Readable() (user bool)
 	// Wake is called when a parked socket must be looked at by a goroutine
 	// (a wake-up timer fired, its loop failed): Unpark tells whether it is
 	// still parked, and then the owner serves it on a goroutine of its own.
 	Wake()
 	// Held reports that one call of Readable held the loop for d, longer
-	// than HeldThreshold.
-	Held(d time.Duration)
+	// than HeldThreshold; user is what that call returned.
+	Held(d time.Duration, user bool)
 }
 
 // HeldThreshold is how long serving one connection may hold an event loop

@@ -41,10 +41,10 @@ type owner struct {
 	readable, woken atomic.Int32
 }
 
-func (o *owner) Sock() *Sock          { return o.s }
-func (o *owner) Readable()            { o.readable.Add(1) }
-func (o *owner) Wake()                { o.woken.Add(1) }
-func (o *owner) Held(d time.Duration) {}
+func (o *owner) Sock() *Sock              { return o.s }
+func (o *owner) Readable() bool           { o.readable.Add(1); return false }
+func (o *owner) Wake()                    { o.woken.Add(1) }
+func (o *owner) Held(time.Duration, bool) {}
 
 // netpollSock adopts nc into a Sock, which is closed when the test ends.
 func netpollSock(t *testing.T, nc net.Conn) *Sock {

@@ -35,7 +35,8 @@
 //	gust_netpoll_events_total{event}          netpoll mode's events (see gust.Metrics):
 //	                                          "fallback-fd" and "fallback-type", connections
 //	                                          left in goroutine mode; "blocked", a connection
-//	                                          that held its event loop past 100 ms
+//	                                          that held its event loop past 100 ms while a
+//	                                          callback ran; "held", the same with none running
 //
 // A Hub's own counters (delivered, dropped, pending, recoveries, gaps, what
 // its history and presence hold) come from a second collector, [NewHub],
@@ -90,7 +91,7 @@ var knownStatuses = []int{0, 101, 200, 400, 403, 405, 426, 431, 500, 503}
 
 // knownNetpollEvents are the events gust's optional Metrics method Netpoll
 // reports, resolved when the Collector is made.
-var knownNetpollEvents = []string{"fallback-fd", "fallback-type", "blocked"}
+var knownNetpollEvents = []string{"fallback-fd", "fallback-type", "blocked", "held"}
 
 // New makes a Collector and registers its metrics on reg; a nil reg means
 // prometheus.DefaultRegisterer. It returns the registration's error, such as

@@ -82,15 +82,16 @@ func report(r io.Reader, w io.Writer, cmdLine string) error {
 	fmt.Fprintf(w, "on loopback; once all are open the server calls Shutdown (1001 to every connection at once) and waits\n")
 	fmt.Fprintf(w, "for every OnClose. hub: hub.Wrap, each connection subscribed to one of %d topics, joined to it in a\n", max(first.Topics, results[len(results)-1].Topics))
 	fmt.Fprintf(w, "hub.LocalPresence in OnOpen and leaving in OnClose, watching its topic's presence (watchers: %s).\n", watchOf(results))
-	fmt.Fprintf(w, "Blocked: Metrics \"blocked\" events (serving a connection held a netpoll event loop past 100 ms), summed\n")
-	fmt.Fprintf(w, "over the rounds; longest: the longest hold in their Warn records (one a second at most). Medians of the\n")
+	fmt.Fprintf(w, "Blocked: Metrics \"blocked\" events (serving a connection held a netpoll event loop past 100 ms while a\n")
+	fmt.Fprintf(w, "callback ran); held: \"held\" events (the same with no callback running: gust's work or no CPU free),\n")
+	fmt.Fprintf(w, "summed over the rounds; longest: the longest hold in their Warn records (one a second at most). Medians of the\n")
 	fmt.Fprintf(w, "rounds, which alternate the configurations; the ratio is hub's Shutdown over plain's, same mode and transport.\n\n")
-	fmt.Fprintf(w, "| transport | mode | handler | rounds | Shutdown | (min–max) | hub / plain | server CPU | blocked | longest held | clients saw 1001 |\n")
-	fmt.Fprintf(w, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(w, "| transport | mode | handler | rounds | Shutdown | (min–max) | hub / plain | server CPU | blocked | held | longest held | clients saw 1001 |\n")
+	fmt.Fprintf(w, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, g := range groups {
 		ok := 0
 		lo, hi := 0.0, 0.0
-		var blocked int64
+		var blocked, heldN int64
 		held := 0.0
 		var saw, conns int64
 		var errs []string
@@ -105,6 +106,7 @@ func report(r io.Reader, w io.Writer, cmdLine string) error {
 			hi = max(hi, res.Server.ShutdownMS)
 			ok++
 			blocked += res.Server.Blocked
+			heldN += res.Server.Held
 			held = max(held, res.Server.HeldMaxMS)
 			saw += res.Clients.GoingAway
 			conns += res.Server.Conns
@@ -124,16 +126,16 @@ func report(r io.Reader, w io.Writer, cmdLine string) error {
 		if held > 0 {
 			heldCell = fmt.Sprintf("%.0f ms", held)
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %d | %.0f ms | %.0f–%.0f | %s | %.0f ms | %d | %s | %d of %d |\n",
+		fmt.Fprintf(w, "| %s | %s | %s | %d | %.0f ms | %.0f–%.0f | %s | %.0f ms | %d | %d | %s | %d of %d |\n",
 			g.m.Transport, g.m.Mode, g.m.App, ok, medianOf(g, shutdown), lo, hi, ratio,
-			medianOf(g, func(res result) float64 { return res.Server.CPUMS }), blocked, heldCell, saw, conns)
+			medianOf(g, func(res result) float64 { return res.Server.CPUMS }), blocked, heldN, heldCell, saw, conns)
 		for _, e := range errs {
-			fmt.Fprintf(w, "| | | | error: %s | | | | | | | |\n", strings.ReplaceAll(e, "|", "/"))
+			fmt.Fprintf(w, "| | | | error: %s | | | | | | | | |\n", strings.ReplaceAll(e, "|", "/"))
 		}
 	}
 	for _, res := range results {
 		if res.Server.Message != "" {
-			fmt.Fprintf(w, "\nThe blocked records said: %q\n", res.Server.Message)
+			fmt.Fprintf(w, "\nThe first record said: %q\n", res.Server.Message)
 			break
 		}
 	}

@@ -42,8 +42,9 @@ type serverResult struct {
 	Conns      int64   `json:"conns"`       // connections open when the stop came
 	ShutdownMS float64 `json:"shutdown_ms"` // Shutdown's duration
 	CPUMS      float64 `json:"cpu_ms"`      // the process's CPU time (user and system) during Shutdown
-	Blocked    int64   `json:"blocked"`     // Metrics' "blocked" events
-	Records    int     `json:"records"`     // Warn records of them (one a second at most)
+	Blocked    int64   `json:"blocked"`     // Metrics' "blocked" events (a callback ran)
+	Held       int64   `json:"held"`        // Metrics' "held" events (no callback ran)
+	Records    int     `json:"records"`     // Warn records of both (one a second at most per kind)
 	HeldMaxMS  float64 `json:"held_max_ms"` // the longest hold the records gave
 	Message    string  `json:"message,omitempty"`
 	Left       int64   `json:"left"` // connections still open after Shutdown
@@ -53,7 +54,7 @@ type serverResult struct {
 // metricsCounter is a gust.Metrics that counts netpoll mode's events and
 // ignores the rest.
 type metricsCounter struct {
-	blocked atomic.Int64
+	blocked, held atomic.Int64
 }
 
 func (m *metricsCounter) Handshake(int)                              {}
@@ -65,13 +66,16 @@ func (m *metricsCounter) Queued(*gust.Conn, int)                     {}
 func (m *metricsCounter) Dropped(*gust.Conn, int)                    {}
 
 func (m *metricsCounter) Netpoll(_ *gust.Conn, event string) {
-	if event == "blocked" {
+	switch event {
+	case "blocked":
 		m.blocked.Add(1)
+	case "held":
+		m.held.Add(1)
 	}
 }
 
 // heldLog is a slog.Handler that passes records on to next and keeps the
-// "blocked" Warn records' longest hold and first message.
+// "blocked" and "held" Warn records' longest hold and first message.
 type heldLog struct {
 	next slog.Handler
 	mu   *sync.Mutex
@@ -96,7 +100,7 @@ func (l heldLog) Handle(ctx context.Context, r slog.Record) error {
 	r.Attrs(func(a slog.Attr) bool {
 		switch a.Key {
 		case "event":
-			blocked = a.Value.String() == "blocked"
+			blocked = a.Value.String() == "blocked" || a.Value.String() == "held"
 		case "held":
 			if a.Value.Kind() == slog.KindDuration {
 				held = a.Value.Duration()
@@ -283,7 +287,7 @@ func runServer(cfg serverConfig) error {
 				res.Err = err.Error()
 			}
 			res.Left = open.Load()
-			res.Blocked = m.blocked.Load()
+			res.Blocked, res.Held = m.blocked.Load(), m.held.Load()
 			hmu.Lock()
 			res.Records, res.HeldMaxMS, res.Message = held.records, float64(held.max.Microseconds())/1000, held.message
 			hmu.Unlock()
