@@ -166,11 +166,18 @@ type history struct {
 
 // topicFrames are a topic's records as framed for its recoveries, each
 // framed once however many connections recover it, and kept while any
-// does.
+// does and for framesLinger after the last: a crowd that joins over a few
+// hundred milliseconds (a room everyone reopens, a reconnect storm) has
+// its recoveries one after another as often as at once.
 type topicFrames struct {
 	users int
 	pms   map[recordKey]*gust.PreparedMessage
+	idle  *time.Timer // armed once users is 0: forgets them
 }
+
+// framesLinger is how long a topic's framed records outlive its last
+// recovery.
+const framesLinger = time.Second
 
 type recordKey struct {
 	epoch string
@@ -188,6 +195,14 @@ func newHistory(b HistoryBroker, frame func([]byte, Notice) ([]byte, gust.Opcode
 func (hs *history) close() {
 	hs.cancel()
 	hs.wg.Wait()
+	hs.mu.Lock()
+	for topic, tf := range hs.frames {
+		if tf.idle != nil {
+			tf.idle.Stop()
+		}
+		delete(hs.frames, topic)
+	}
+	hs.mu.Unlock()
 }
 
 // prepare frames n as one message for every receiver.
@@ -205,18 +220,34 @@ func (hs *history) acquire(topic string) {
 		tf = &topicFrames{pms: make(map[recordKey]*gust.PreparedMessage)}
 		hs.frames[topic] = tf
 	}
-	tf.users++
+	if tf.users++; tf.idle != nil {
+		tf.idle.Stop() // a forget that fires anyway finds users > 0
+	}
 	hs.mu.Unlock()
 }
 
 func (hs *history) release(topic string) {
 	hs.mu.Lock()
-	if tf := hs.frames[topic]; tf != nil {
-		if tf.users--; tf.users == 0 {
+	defer hs.mu.Unlock()
+	tf := hs.frames[topic]
+	if tf == nil {
+		return
+	}
+	if tf.users--; tf.users > 0 {
+		return
+	}
+	forget := func() {
+		hs.mu.Lock()
+		if hs.frames[topic] == tf && tf.users == 0 {
 			delete(hs.frames, topic)
 		}
+		hs.mu.Unlock()
 	}
-	hs.mu.Unlock()
+	if tf.idle == nil {
+		tf.idle = time.AfterFunc(framesLinger, forget)
+	} else {
+		tf.idle.Reset(framesLinger)
+	}
 }
 
 // record returns the frame of r, a record of a topic being recovered

@@ -573,6 +573,31 @@ func TestHubRecoveryFramesOnceAndFeedsAsItDrains(t *testing.T) {
 	})
 }
 
+// Members who recover a topic one after another, each done before the
+// next comes (a crowd reconnecting over a second), share its framed
+// records too: they outlive the last recovery by a second.
+func TestHubRecoveriesInTurnFrameOnce(t *testing.T) {
+	var frames atomic.Int64
+	hb, err := hub.New(&hub.Options{Broker: hub.NewMemoryHistory(nil), Frame: func(dst []byte, n hub.Notice) ([]byte, gust.Opcode) {
+		if n.Kind == hub.NoticeMessage {
+			frames.Add(1)
+		}
+		return hub.FrameJSON(dst, n)
+	}})
+	require.NoError(t, err)
+	defer hb.Close()
+	const kept = 100
+	for range kept {
+		say(t, hb, "room", "x")
+	}
+	s := startHubServer(t, serverConfig{hub: hb, wrap: true, opts: &gust.Options{}, autoJoin: "room", autoSince: &hub.Position{}})
+	for range 3 {
+		reader := dialHub(t, s.url, 0, false, true)
+		waitFor(t, "the reader's recovery", 10*time.Second, func() bool { return int(reader.count.Load()) == kept+1 })
+	}
+	require.Equal(t, int64(kept), frames.Load(), "each record framed once for the three")
+}
+
 // MemoryHistory's memory is bounded by MaxBytes for all topics together,
 // however many topics clients make: the oldest messages of all topics go
 // first, a topic whose messages have all gone is forgotten, and messages
