@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gustws/gust"
+	"github.com/gustws/gust/benchmark/internal/load"
 )
 
 // clientCounts is what a clients process prints when it stops.
@@ -62,6 +63,10 @@ func runClients(url, source string, n int, hold time.Duration) error {
 	dialer := &net.Dialer{KeepAlive: -1}
 	if source != "" {
 		dialer.LocalAddr = &net.TCPAddr{IP: net.ParseIP(source)}
+		// The port is left to connect: bind would take one of the source's
+		// ports for good, and the last measurements' connections, in
+		// TIME_WAIT, leave too few for 10,000 (bind: address in use).
+		dialer.Control = load.BindNoPort
 	}
 	opts := &gust.DialOptions{
 		HandshakeTimeout: 30 * time.Second,

@@ -62,7 +62,7 @@ func (r *runner) dial(ctx context.Context, id int, src net.IP) (*wsConn, error) 
 	d := net.Dialer{Timeout: r.cfg.ConnectTimeout, KeepAlive: r.cfg.KeepAlive}
 	if src != nil {
 		d.LocalAddr = &net.TCPAddr{IP: src}
-		d.Control = bindNoPort
+		d.Control = BindNoPort
 	}
 	nc, err := d.DialContext(ctx, "tcp", r.target.host)
 	if err != nil {
