@@ -85,6 +85,11 @@ type LocalPresence struct {
 
 type presenceTopic struct {
 	members map[string]int // member -> joins
+	// sorted holds the members in order, kept so on each first join and
+	// last leave (a binary search and a move of the slice's headers): a
+	// crowd that joins a room, each member asking for the list, cost a
+	// sort of the room per join.
+	sorted []string
 	// watchers is copied on write: a queued change keeps the watchers of
 	// its time, so a watcher added later never hears of it. A stopped
 	// watcher stays in it until stopped ones are half of it (then it is
@@ -121,6 +126,8 @@ func (p *LocalPresence) Join(topic, member string) error {
 	t := p.topic(topic)
 	t.members[member]++
 	if t.members[member] == 1 {
+		i, _ := slices.BinarySearch(t.sorted, member)
+		t.sorted = slices.Insert(t.sorted, i, member)
 		p.notify(t, PresenceEvent{Topic: topic, Member: member, Joined: true})
 	}
 	return nil
@@ -141,6 +148,12 @@ func (p *LocalPresence) Leave(topic, member string) error {
 		return nil
 	}
 	delete(t.members, member)
+	if i, ok := slices.BinarySearch(t.sorted, member); ok {
+		t.sorted = slices.Delete(t.sorted, i, i+1)
+		if cap(t.sorted) > 64 && len(t.sorted) < cap(t.sorted)/4 {
+			t.sorted = slices.Clone(t.sorted) // give back what a crowd that left used
+		}
+	}
 	p.notify(t, PresenceEvent{Topic: topic, Member: member})
 	p.drop(topic, t)
 	return nil
@@ -166,15 +179,10 @@ func (p *LocalPresence) Stats() PresenceStats {
 // Members appends topic's members, sorted, to dst.
 func (p *LocalPresence) Members(dst []string, topic string) []string {
 	p.mu.Lock()
-	n := len(dst)
+	defer p.mu.Unlock()
 	if t := p.topics[topic]; t != nil {
-		dst = slices.Grow(dst, len(t.members))
-		for m := range t.members {
-			dst = append(dst, m)
-		}
+		dst = append(dst, t.sorted...)
 	}
-	p.mu.Unlock()
-	slices.Sort(dst[n:])
 	return dst
 }
 

@@ -2,7 +2,9 @@ package hub_test
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -283,4 +285,51 @@ func TestLocalPresenceStopsAtOnce(t *testing.T) {
 		require.NoError(t, p.Leave(fmt.Sprint("room-", i), "ann"))
 	}
 	require.Equal(t, hub.PresenceStats{}, p.Stats(), "every watcher stopped: every room is forgotten")
+}
+
+// Members stays sorted, each member once, through joins (some twice, as
+// from two tabs) and leaves in random order.
+func TestLocalPresenceMembersSorted(t *testing.T) {
+	p := hub.NewLocalPresence()
+	joins := map[string]int{}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 5000 {
+		m := fmt.Sprint("user-", rng.IntN(300))
+		if rng.IntN(3) == 0 {
+			require.NoError(t, p.Leave("room", m))
+			if joins[m] > 0 {
+				joins[m]--
+			}
+		} else {
+			require.NoError(t, p.Join("room", m))
+			joins[m]++
+		}
+		if rng.IntN(50) == 0 {
+			var want []string
+			for m, n := range joins {
+				if n > 0 {
+					want = append(want, m)
+				}
+			}
+			slices.Sort(want)
+			require.Equal(t, want, p.Members([]string{"kept"}, "room")[1:])
+		}
+	}
+}
+
+// A crowd joining a room, each member asking for the list as it joins
+// (examples/chat's welcome): 1,000 joins and lists.
+func BenchmarkLocalPresenceJoinAndList(b *testing.B) {
+	names := make([]string, 1000)
+	for i := range names {
+		names[i] = fmt.Sprintf("user-%04d", (i*7919)%1000)
+	}
+	var dst []string
+	for b.Loop() {
+		p := hub.NewLocalPresence()
+		for _, m := range names {
+			p.Join("room", m)
+			dst = p.Members(dst[:0], "room")
+		}
+	}
 }
