@@ -452,10 +452,13 @@ func TestOutboxCloseSlowReachesThePeer(t *testing.T) {
 // a pause, are written at once again. Metrics.Queued counts what is queued,
 // under the outbox's lock, before WritePreparedAsync returns.
 func TestOutboxBackToBackFanoutQueues(t *testing.T) {
-	// Wide enough that a slow test machine keeps the fan-outs back to back.
+	// Wide enough that a slow test machine keeps the fan-outs back to back;
+	// a pause is made by moving the last fan-out's time back (pause), not
+	// by waiting.
 	old := fanoutBackToBack
-	fanoutBackToBack = 100 * time.Millisecond
+	fanoutBackToBack = time.Second
 	t.Cleanup(func() { fanoutBackToBack = old })
+	pause := func() { fanoutLast.Store(int64(time.Since(fanoutEpoch)) - int64(time.Hour)) }
 	forEachTCPMode(t, func(t *testing.T, m serverMode) {
 		h := newRecorder()
 		ml := &metricsLog{}
@@ -477,7 +480,7 @@ func TestOutboxBackToBackFanoutQueues(t *testing.T) {
 			return pm
 		}
 
-		time.Sleep(3 * fanoutBackToBack)
+		pause()
 		fanout("1", sa, sb)
 		require.Zero(t, queuedIn(), "a fan-out after a pause is written at once")
 		fanout("2", sa, sb)
@@ -502,7 +505,7 @@ func TestOutboxBackToBackFanoutQueues(t *testing.T) {
 				return !o.busy
 			})
 		}
-		time.Sleep(3 * fanoutBackToBack)
+		pause()
 		fanout("4", sa, sb)
 		require.Equal(t, 3, queuedIn(), "after a pause, written at once again")
 		a.expectMessage(OpText, []byte("4"))
