@@ -33,6 +33,7 @@ const (
 	closeReceived                    // the peer's close frame was read
 	netClosed                        // the net.Conn is closed, or a pending Conn has none yet
 	closeEnded                       // finish ran: the buffers are back, writes waiting for a NextWriter fail
+	closeDue                         // a Shutdown has started: its close frame is coming, and writes fail as after it
 
 	sentCodeShift = 16 // the code of gust's close frame, once written, sits above the steps
 )

@@ -65,3 +65,16 @@ func hookDrain(t testing.TB, u *Upgrader, f func(c *Conn, at time.Duration)) {
 		h.mu.Unlock()
 	})
 }
+
+// hookShutdown has f called when a Shutdown of u's has made its
+// connections refuse writes, before it sends their close frames, until the
+// test ends.
+func hookShutdown(t testing.TB, u *Upgrader, f func()) {
+	hook := func(tr *tracker) {
+		if tr == &u.track {
+			f()
+		}
+	}
+	old := shutdownHook.Swap(&hook)
+	t.Cleanup(func() { shutdownHook.Store(old) })
+}

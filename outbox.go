@@ -272,7 +272,7 @@ func (c *Conn) enqueue(it outboxItem) error {
 	if c.closing.has(netClosed) {
 		return c.endedErr()
 	}
-	if c.closing.has(closeSent) {
+	if c.closing.has(closeSent | closeDue) {
 		return errClosed
 	}
 	o := c.box()

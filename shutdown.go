@@ -154,6 +154,16 @@ func (t *tracker) shutdownWith(ctx context.Context, code StatusCode, reason stri
 		conns = t.snapshotLocked()
 		t.mu.Unlock()
 	}
+	// Every connection refuses writes from now on, as it will once its close
+	// frame is out: the senders take a while to reach the last of many, and
+	// what the first to leave make their handlers send the rest (a member
+	// left: tell the room) is for connections that are going away too.
+	for _, c := range conns {
+		c.closing.take(closeDue)
+	}
+	if h := shutdownHook.Load(); h != nil {
+		(*h)(t)
+	}
 	var closers sync.WaitGroup
 	senders := min(runtime.GOMAXPROCS(0), (len(conns)+closesPerSender-1)/closesPerSender)
 	for i := range senders {
@@ -206,6 +216,10 @@ func (t *tracker) cutAll() {
 // goroutine sends the closes in time order, never waiting on a peer
 // (closeNoWait), and touches only the connections due at each wake; then
 // the drain ends as a shutdown does.
+
+// shutdownHook, if set (export_test.go), is called by a shutdown once its
+// connections refuse writes, before their close frames go out.
+var shutdownHook atomic.Pointer[func(t *tracker)]
 
 // drainHook, if set (export_test.go), is told each connection's close time,
 // counted from the drain's start, before the first close.
@@ -426,6 +440,9 @@ func cutConn(c *Conn) {
 // returned) or ctx is done; then it cuts the rest (OnClose receives
 // ErrServerClosed), waits for their OnClose, and returns ctx.Err(). A peer
 // that does not read delays no one: Shutdown returns by ctx's deadline.
+// From its start, writes to those connections fail with net.ErrClosed, as
+// they would after their close frame (which may take the senders a while
+// to reach among many), and messages still in their outboxes are dropped.
 // Meanwhile and afterwards, Upgrade refuses requests with 503 and an error
 // wrapping ErrServerClosed. A Conn whose ReadLoop has not started gets the
 // close frame too; if cut, its OnClose runs in Shutdown's goroutine.

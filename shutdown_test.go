@@ -2,6 +2,7 @@ package gust
 
 import (
 	"bufio"
+	"encoding/binary"
 	"context"
 	"errors"
 	"net"
@@ -293,4 +294,37 @@ func TestTrackerKeepsEveryConnUntilForgotten(t *testing.T) {
 	}
 	tr.wg.Wait() // every place begin reserved was given back
 	require.Empty(t, tr.conns)
+}
+
+// From Shutdown's start, a connection refuses writes as it will once its
+// close frame is out, though the goroutines that send the close frames have
+// not reached it yet: what the first to leave make their handlers send the
+// others (a member left: tell the room) is for connections going away too,
+// and with thousands it was most of a Shutdown's work. The peer gets the
+// 1001 and nothing before it. Not parallel: it sets a global hook.
+func TestShutdownRefusesWritesFromItsStart(t *testing.T) {
+	h := newRecorder()
+	var u *Upgrader
+	addr := serverModes[0].serve(t, h, nil, func(up *Upgrader) { u = up })
+	c := dialRaw(t, addr, nil)
+	sc := h.waitOpen(t)
+	var errs []error
+	hookShutdown(t, u, func() {
+		errs = append(errs,
+			sc.WriteMessage(OpText, []byte("late")),
+			sc.WriteAsync(OpText, []byte("late"), nil),
+			sc.WritePing(nil))
+	})
+	shut := make(chan error, 1)
+	go func() { shut <- u.Shutdown(context.Background()) }()
+	b0, p, err := c.readFrame()
+	require.NoError(t, err)
+	require.Equal(t, byte(0x88), b0, "the first frame is the close, no %q before it", p)
+	require.Equal(t, StatusGoingAway, StatusCode(binary.BigEndian.Uint16(p)))
+	c.send(frame(0x88, p[:2]))
+	require.NoError(t, <-shut)
+	require.Len(t, errs, 3)
+	for _, err := range errs {
+		require.ErrorIs(t, err, net.ErrClosed)
+	}
 }

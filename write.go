@@ -187,7 +187,7 @@ func (c *Conn) writableLocked() error {
 	if c.closing.has(closeEnded | closeSent) {
 		return errClosed
 	}
-	if c.closing.recorded() != nil && !c.closing.has(closeWriting) {
+	if (c.closing.recorded() != nil || c.closing.has(closeDue)) && !c.closing.has(closeWriting) {
 		// Ending (abort, or OutboxCloseSlow): writes waiting for their
 		// turn must not go before a slow consumer's close frame.
 		return errClosed
