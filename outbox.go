@@ -207,6 +207,9 @@ func (c *Conn) WritePreparedAsync(pm *PreparedMessage, done func(error)) error {
 	if pm == nil {
 		return errNilPrepared
 	}
+	if c.closing.has(netClosed | closeSent | closeDue) {
+		return c.enqueue(outboxItem{pm: pm}) // its error, without seqFor: a closing crowd costs a load each
+	}
 	return c.enqueue(outboxItem{pm: pm, done: done, seq: pm.fan.seqFor()})
 }
 
