@@ -14,8 +14,10 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/gustws/gust/internal/netpoll"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gustws/gust/internal/netpoll"
+	"github.com/gustws/gust/internal/testkit"
 )
 
 func TestPingPongAndSession(t *testing.T) {
@@ -60,7 +62,7 @@ func TestPanicInCallbackClosesWith1011(t *testing.T) {
 		for _, parallel := range []bool{false, true} {
 			h := newRecorder()
 			h.message = func(c *Conn, m *Message) { panic("boom") }
-			var logged safeBuffer
+			var logged testkit.Buffer
 			opts := &Options{Logger: newLogger(&logged)}
 			if parallel {
 				opts.Parallel = 8
@@ -275,7 +277,7 @@ func TestReadLoopRunsOnce(t *testing.T) {
 
 func TestPanicInOnCloseIsRecovered(t *testing.T) {
 	t.Parallel()
-	var logged safeBuffer
+	var logged testkit.Buffer
 	h := &panicOnClose{newRecorder()}
 	c := dialRaw(t, startServer(t, h, &Options{Logger: newLogger(&logged)}), nil)
 	c.send(frame(0x88, nil))

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gustws/gust/internal/testkit"
 )
 
 // metricsLog is the tests' Metrics: it records every event.
@@ -488,9 +490,9 @@ func TestMetricsCostNoAllocation(t *testing.T) {
 // default level (Info), none.
 func TestLoggerDebugRecordPerClose(t *testing.T) {
 	t.Parallel()
-	var debug, info safeBuffer
+	var debug, info testkit.Buffer
 	for _, tc := range []struct {
-		buf   *safeBuffer
+		buf   *testkit.Buffer
 		level slog.Level
 	}{{&debug, slog.LevelDebug}, {&info, slog.LevelInfo}} {
 		logger := slog.New(slog.NewTextHandler(tc.buf, &slog.HandlerOptions{Level: tc.level}))

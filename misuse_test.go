@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gustws/gust/internal/testkit"
 )
 
 // A write, a Close or a Ping on the Conn OnRequest receives fails with an
@@ -16,7 +18,7 @@ import (
 // intact.
 func TestMisuseInOnRequestIsNamed(t *testing.T) {
 	t.Parallel()
-	var logs syncBuffer
+	var logs testkit.Buffer
 	h := newRecorder()
 	errs := make(chan []error, 1)
 	addr := serveUpgrader(t, h, &Options{Logger: newLogger(&logs)}, func(u *Upgrader) {
@@ -57,7 +59,7 @@ func TestMisuseInOnRequestIsNamed(t *testing.T) {
 func TestReadLoopTwiceWarns(t *testing.T) {
 	t.Parallel()
 	for _, netpoll := range []bool{false, true} {
-		var logs syncBuffer
+		var logs testkit.Buffer
 		h := newRecorder()
 		returned := make(chan time.Duration, 1)
 		h.open = func(c *Conn) {

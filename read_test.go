@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gustws/gust/internal/testkit"
 )
 
 func TestEchoSizes(t *testing.T) {
@@ -230,7 +232,7 @@ func TestLengthOverflowInContinuation(t *testing.T) {
 	require.Len(t, frames, 1)
 
 	forEachTCPMode(t, func(t *testing.T, m serverMode) {
-		var logged safeBuffer
+		var logged testkit.Buffer
 		h := newEcho()
 		c := dialRaw(t, m.start(t, h, &Options{Logger: newLogger(&logged)}), nil)
 		c.send(in)

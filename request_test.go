@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gustws/gust/internal/testkit"
 )
 
 // The handshake as the application sees it (Upgrader.OnRequest), over every
@@ -285,7 +287,7 @@ func TestOnRequestChoosesSubprotocol(t *testing.T) {
 		h := newRecorder()
 		opened := make(chan string, 4)
 		h.open = func(c *Conn) { opened <- c.Subprotocol() }
-		logged := &syncBuffer{}
+		logged := &testkit.Buffer{}
 		addr := m.serve(t, h, &Options{Logger: slog.New(slog.NewTextHandler(logged, nil))}, func(u *Upgrader) {
 			u.Subprotocols = []string{"v1.chat"}
 			u.OnRequest = func(r *http.Request, h http.Header, _ *Conn) error {
@@ -322,24 +324,6 @@ func TestOnRequestChoosesSubprotocol(t *testing.T) {
 		require.Empty(t, he.Body)
 		require.Eventually(t, func() bool { return strings.Contains(logged.String(), "v3.chat") }, 5*time.Second, 10*time.Millisecond)
 	})
-}
-
-// syncBuffer is a bytes.Buffer for a logger that other goroutines write to.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // cookieValues returns the cookies a response sets, by name.
@@ -441,7 +425,7 @@ func TestOnRequestInvalidFields(t *testing.T) {
 	}
 	forEachFrameMode(t, func(t *testing.T, m serverMode) {
 		h := newEcho()
-		logged := &syncBuffer{}
+		logged := &testkit.Buffer{}
 		addr := m.serve(t, h, &Options{Logger: slog.New(slog.NewTextHandler(logged, nil))}, func(u *Upgrader) {
 			u.OnRequest = func(r *http.Request, h http.Header, _ *Conn) error {
 				return cases[r.URL.Query().Get("case")](h)

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gustws/gust/internal/testkit"
 )
 
 func TestShutdownSendsGoingAway(t *testing.T) {
@@ -215,7 +217,7 @@ func (e tempError) Temporary() bool { return !e.timeout }
 
 func TestServeBacksOffOnTemporaryAcceptErrors(t *testing.T) {
 	t.Parallel()
-	var logged safeBuffer
+	var logged testkit.Buffer
 	s := newServer(newRecorder(), &Options{Logger: newLogger(&logged)})
 	ln := newFakeListener(tempError{}, tempError{timeout: true}, fmt.Errorf("wrapped: %w", tempError{}))
 	served := make(chan error, 1)

@@ -2,8 +2,8 @@ package gust
 
 import (
 	"bufio"
-	"encoding/binary"
 	"context"
+	"encoding/binary"
 	"errors"
 	"net"
 	"net/http"

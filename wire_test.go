@@ -15,12 +15,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/gustws/gust/internal/testkit"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gustws/gust/internal/testkit"
 )
 
 // The tests speak the wire protocol through rawClient, written from RFC 6455
@@ -345,24 +345,6 @@ func tcpPair(t testing.TB) (a, b *net.TCPConn) { return testkit.TCPPair(t) }
 // plainConn hides the net.Conn's other methods (SyscallConn, CloseWrite),
 // as a wrapped or non-TCP connection does.
 type plainConn struct{ net.Conn }
-
-// safeBuffer is a bytes.Buffer for a logger written from several goroutines.
-type safeBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *safeBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *safeBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // newLogger is a Logger that writes text records to w, at level Info.
 func newLogger(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/gustws/gust"
 	"github.com/gustws/gust/hub"
+	"github.com/gustws/gust/internal/testkit"
 )
 
 // hubServer runs a gust.Server on loopback whose handler is wrapped by hub.
@@ -593,7 +594,7 @@ func (h roomHandler) OnMessage(c *gust.Conn, m *gust.Message) {
 // A broker message the Hub cannot decode is a Warn record with the topic as
 // an attribute, and is otherwise ignored.
 func TestHubLogsUndecodableBrokerMessages(t *testing.T) {
-	var logged syncBuffer
+	var logged testkit.Buffer
 	b := hub.NewLocalBroker()
 	h, err := hub.New(&hub.Options{Broker: b, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
 	require.NoError(t, err)
@@ -602,22 +603,4 @@ func TestHubLogsUndecodableBrokerMessages(t *testing.T) {
 	out := logged.String()
 	require.Contains(t, out, `level=WARN msg="gust: hub: ignoring a broker message that is not a hub envelope"`)
 	require.Contains(t, out, "topic=room-1")
-}
-
-// syncBuffer is a strings.Builder safe for a logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gustws/gust"
 	"github.com/gustws/gust/hub"
+	"github.com/gustws/gust/internal/testkit"
 )
 
 // interestBroker is a LocalBroker that records the interest calls of the
@@ -67,7 +68,7 @@ func (i *recordedInterest) Unsubscribe() {
 // last one leaving: by Unsubscribe, or when its connection closes (Wrap).
 func TestHubInterest(t *testing.T) {
 	b := new(interestBroker)
-	var logged syncBuffer
+	var logged testkit.Buffer
 	hb, err := hub.New(&hub.Options{Broker: b, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
 	require.NoError(t, err)
 	s := startHubServer(t, serverConfig{hub: hb, wrap: true})

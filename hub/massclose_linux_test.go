@@ -26,6 +26,7 @@ import (
 
 	"github.com/gustws/gust"
 	"github.com/gustws/gust/hub"
+	"github.com/gustws/gust/internal/testkit"
 )
 
 // blockedCounter is a gust.Metrics that counts netpoll mode's "blocked"
@@ -189,7 +190,7 @@ func everyoneLeaves(t *testing.T, n int, netpoll, useTLS bool) {
 	require.NoError(t, err)
 	rooms := &chatRooms{hub: h, presence: hub.NewLocalPresence(), rooms: 100, notice: notice}
 	m := &blockedCounter{}
-	var logs syncLog
+	var logs testkit.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	srv := &gust.Server{Upgrader: gust.Upgrader{Handler: h.Wrap(rooms), Options: gust.Options{
 		Netpoll: netpoll, Metrics: m, Logger: logger,
@@ -272,22 +273,4 @@ func goroutinesCreated() uint64 {
 	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
 	metrics.Read(s)
 	return s[0].Value.Uint64()
-}
-
-// syncLog is a log's buffer, safe for concurrent use.
-type syncLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

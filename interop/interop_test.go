@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/gustws/gust/internal/leakcheck"
+	"github.com/gustws/gust/internal/testkit"
 )
 
 // repoRoot is the module root, the parent of this package's directory (go
@@ -214,27 +215,10 @@ func requirePeer(t *testing.T, key, direction string) *peer {
 // lines, stderr kept for failure messages.
 type proc struct {
 	cmd    *exec.Cmd
-	stderr syncBuffer
+	stderr testkit.Buffer
 	lines  chan string // stdout, line by line; closed at EOF
 	exited chan struct{}
 	err    error // Wait's, valid once exited is closed
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func startProc(t *testing.T, timeout time.Duration, env []string, name string, args ...string) *proc {

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/gustws/gust/internal/selfsigned"
+	"github.com/gustws/gust/internal/testkit"
 )
 
 // The reverse proxies of proxy_test.go: which programs, their versions, the
@@ -388,7 +389,7 @@ func caddyConf(plan proxyPlan) ([]string, error) {
 // of the test; its output and log files are kept for failure messages.
 type proxyProc struct {
 	cmd    *exec.Cmd
-	out    syncBuffer
+	out    testkit.Buffer
 	exited chan struct{}
 	err    error // Wait's, once exited is closed
 	dir    string

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"io"
@@ -11,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 
 	"github.com/gustws/gust"
 	"github.com/gustws/gust/internal/selfsigned"
+	"github.com/gustws/gust/internal/testkit"
 )
 
 type echo struct{ gust.BuiltinEventHandler }
@@ -26,24 +25,6 @@ type echo struct{ gust.BuiltinEventHandler }
 func (echo) OnMessage(c *gust.Conn, m *gust.Message) {
 	defer m.Close()
 	c.WriteMessage(m.Opcode, m.Data)
-}
-
-// syncBuffer is a bytes.Buffer that the client's goroutines may share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestClientAgainstEcho runs the client against a gust echo server with
@@ -69,7 +50,7 @@ func TestClientAgainstEcho(t *testing.T) {
 
 	// Typed input: each line is answered before the next is typed, and
 	// Ctrl-D (the pipe's end) closes at once with -linger 0.
-	var stdout, stderr syncBuffer
+	var stdout, stderr testkit.Buffer
 	stdin, typing := io.Pipe()
 	code := make(chan int, 1)
 	go func() {
@@ -112,7 +93,7 @@ func TestClientPipedInput(t *testing.T) {
 		}
 	}))
 	defer ts.Close()
-	var stdout, stderr syncBuffer
+	var stdout, stderr testkit.Buffer
 	code := run(context.Background(), []string{"-url", "ws" + strings.TrimPrefix(ts.URL, "http"), "-linger", "500ms"},
 		strings.NewReader("one\ntwo\n"), &stdout, &stderr)
 	require.Equal(t, 0, code, "stderr:\n%s", stderr.String())
@@ -126,7 +107,7 @@ func TestClientRefused(t *testing.T) {
 		http.Error(w, "go away", http.StatusForbidden)
 	}))
 	defer ts.Close()
-	var stdout, stderr syncBuffer
+	var stdout, stderr testkit.Buffer
 	code := run(context.Background(), []string{"-url", "ws" + strings.TrimPrefix(ts.URL, "http")},
 		strings.NewReader(""), &stdout, &stderr)
 	require.Equal(t, 1, code)
@@ -186,7 +167,7 @@ func TestClientTLS(t *testing.T) {
 		{"-cacert with no certificate", []string{"-url", url, "-cacert", notPEM}, 2, "no PEM certificate", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var stdout, stderr syncBuffer
+			var stdout, stderr testkit.Buffer
 			stdin, typing := io.Pipe()
 			defer typing.Close()
 			code := make(chan int, 1)

@@ -1,6 +1,6 @@
 // Package testkit holds what the tests of several gust packages share: the
-// two ends of a loopback connection, and a peer that compresses as a
-// browser does. Only tests import it.
+// two ends of a loopback connection, a peer that compresses as a browser
+// does, a buffer that goroutines write to at once. Only tests import it.
 package testkit
 
 import (
@@ -8,6 +8,7 @@ import (
 	"compress/flate"
 	"io"
 	"net"
+	"sync"
 	"testing"
 	"time"
 )
@@ -104,4 +105,24 @@ func DeflateBomb(size int) []byte {
 	}
 	fw.Flush()
 	return z.Bytes()[:z.Len()-4]
+}
+
+// Buffer is a bytes.Buffer that goroutines may write to at once (a
+// logger's records, a child process's output) while the test reads it.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+// String returns what was written so far.
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
