@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gustws/gust/internal/leakcheck"
 )
@@ -35,14 +34,7 @@ func TestMain(m *testing.M) {
 	if !parallel {
 		flag.Set("test.parallel", "8")
 	}
-	code := m.Run()
-	if code == 0 {
-		if leaked := leakcheck.Leaked(5*time.Second, "github.com/gustws/gust"); leaked != "" {
-			fmt.Fprintf(os.Stderr, "goroutines leaked after the tests:\n%s\n", leaked)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(leakcheck.Run(m, "github.com/gustws/gust"))
 }
 
 // rerunWithGODEBUG runs this test binary again, with setting added to

@@ -128,13 +128,7 @@ func TestMain(m *testing.M) {
 			fmt.Fprintf(os.Stderr, "interop: %s %s\n", p.name, p.version)
 		}
 	}
-	code := m.Run()
-	if code == 0 {
-		if leaked := leakcheck.Leaked(5*time.Second, "github.com/gustws/gust"); leaked != "" {
-			fmt.Fprintf(os.Stderr, "goroutines of gust leaked after the interop tests:\n%s\n", leaked)
-			code = 1
-		}
-	}
+	code := leakcheck.Run(m, "github.com/gustws/gust")
 	report := matrixReport()
 	fmt.Println(report)
 	if err := os.MkdirAll(filepath.Join(repoRoot, "reports"), 0o755); err == nil {

@@ -23,14 +23,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		if leaked := leakcheck.Leaked(5*time.Second, "github.com/gustws/gust"); leaked != "" {
-			fmt.Fprintf(os.Stderr, "goroutines leaked after the tests:\n%s\n", leaked)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(leakcheck.Run(m, "github.com/gustws/gust"))
 }
 
 // echo writes every message back; ended receives each connection's end.

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/gustws/gust/internal/bufpool"
 	"github.com/gustws/gust/internal/leakcheck"
@@ -16,14 +15,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		if leaked := leakcheck.Leaked(5*time.Second, "github.com/gustws/gust/internal/deflate"); leaked != "" {
-			os.Stderr.WriteString("deflate goroutines outlived the tests:\n\n" + leaked + "\n")
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(leakcheck.Run(m, "github.com/gustws/gust/internal/deflate"))
 }
 
 // locked is a server's state with the defaults and a write lock of its own.

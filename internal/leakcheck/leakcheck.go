@@ -1,12 +1,29 @@
 // Package leakcheck finds goroutines that outlive a package's tests: the
-// check each TestMain of this module runs after m.Run.
+// check each TestMain of this module runs after m.Run (Run).
 package leakcheck
 
 import (
+	"fmt"
+	"os"
 	"runtime"
 	"strings"
+	"testing"
 	"time"
 )
+
+// Run runs m's tests and returns the exit code for os.Exit: theirs, or 1
+// when they passed but goroutines of packages outlive them by 5 s (their
+// stacks are printed).
+func Run(m *testing.M, packages ...string) int {
+	code := m.Run()
+	if code == 0 {
+		if leaked := Leaked(5*time.Second, packages...); leaked != "" {
+			fmt.Fprintf(os.Stderr, "goroutines of %s outlived the tests:\n\n%s\n", strings.Join(packages, ", "), leaked)
+			code = 1
+		}
+	}
+	return code
+}
 
 // Leaked waits up to d for the goroutines whose stacks name one of the
 // packages (import paths such as "github.com/gustws/gust") to end, and

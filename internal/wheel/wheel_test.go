@@ -13,14 +13,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		if leaked := leakcheck.Leaked(5*time.Second, "github.com/gustws/gust/internal/wheel"); leaked != "" {
-			os.Stderr.WriteString("wheel goroutines outlived the tests:\n\n" + leaked + "\n")
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(leakcheck.Run(m, "github.com/gustws/gust/internal/wheel"))
 }
 
 // item records the ticks it was checked at; each check schedules the next

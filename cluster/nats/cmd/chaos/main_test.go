@@ -1,10 +1,8 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/gustws/gust/internal/leakcheck"
 )
@@ -16,12 +14,5 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && (os.Args[1] == "instance" || os.Args[1] == "nats") {
 		os.Exit(dispatch(os.Args[1:]))
 	}
-	code := m.Run()
-	if code == 0 {
-		if leaked := leakcheck.Leaked(5*time.Second, "github.com/gustws/gust/cluster/nats/cmd/chaos", "github.com/gustws/gust/hub"); leaked != "" {
-			fmt.Fprintf(os.Stderr, "goroutines leaked after the tests:\n%s\n", leaked)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(leakcheck.Run(m, "github.com/gustws/gust/cluster/nats/cmd/chaos", "github.com/gustws/gust/hub"))
 }
