@@ -83,7 +83,7 @@ func TestCloseNowCutsAtOnce(t *testing.T) {
 	raw := dialRaw(t, addr, nil) // never reads
 	c := h.waitOpen(t)
 	big := make([]byte, 1<<20)
-	failed := blockWrites(t, func() error { return c.WriteMessage(OpBinary, big) })
+	failed := blockWrites(t, c, func() error { return c.WriteMessage(OpBinary, big) })
 	require.NoError(t, c.CloseNow())
 	require.Error(t, <-failed)
 	err := h.waitClose(t)

@@ -430,7 +430,7 @@ func TestDrainIsNotHeldUpByAPeerThatNeverReads(t *testing.T) {
 		stalled := h.waitOpen(t)
 		const n = 4
 		clients := dialDrained(t, dr, h, n)
-		failed := blockWrites(t, func() error { return stalled.WriteMessage(OpBinary, make([]byte, 1<<20)) })
+		failed := blockWrites(t, stalled, func() error { return stalled.WriteMessage(OpBinary, make([]byte, 1<<20)) })
 		seen := make(chan closeSeen, n)
 		for _, c := range clients {
 			awaitClose(c, seen)

@@ -24,10 +24,11 @@ import (
 // epoll), on the Upgrader's path and on the Server's.
 
 // blockWrites writes 1 MiB messages to c from a goroutine until a write
-// fails, and returns once a write has made no progress for a while: the
-// peer's socket buffers are full and a write now holds c's write lock.
-// The returned channel receives the error that ended the writes.
-func blockWrites(t *testing.T, write func() error) <-chan error {
+// fails, and returns once a write has made no progress while holding c's
+// write lock for three looks 20 ms apart: the peer's socket buffers are
+// full and the write waits on them. The returned channel receives the
+// error that ended the writes.
+func blockWrites(t *testing.T, c *Conn, write func() error) <-chan error {
 	t.Helper()
 	var progress atomic.Int64
 	failed := make(chan error, 1)
@@ -42,8 +43,12 @@ func blockWrites(t *testing.T, write func() error) <-chan error {
 	}()
 	last, still := int64(-1), 0
 	for still < 3 {
-		time.Sleep(100 * time.Millisecond)
-		if n := progress.Load(); n != last {
+		time.Sleep(20 * time.Millisecond)
+		held := !c.wr.mu.TryLock()
+		if !held {
+			c.wr.mu.Unlock()
+		}
+		if n := progress.Load(); n != last || !held {
 			last, still = n, 0
 		} else {
 			still++
@@ -67,7 +72,7 @@ func TestShutdownReturnsByItsDeadlineWithAPeerThatNeverReads(t *testing.T) {
 		healthy := dialRaw(t, addr, nil)
 		h.waitOpen(t)
 		big := make([]byte, 1<<20)
-		failed := blockWrites(t, func() error { return stalled.WriteMessage(OpBinary, big) })
+		failed := blockWrites(t, stalled, func() error { return stalled.WriteMessage(OpBinary, big) })
 
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		defer cancel()
@@ -97,7 +102,7 @@ func TestWriteTimeoutCutsAPeerThatNeverReads(t *testing.T) {
 		write func(t *testing.T, c *Conn) <-chan error // starts writing to c for ever
 	}{
 		{"WriteMessage", func(t *testing.T, c *Conn) <-chan error {
-			return blockWrites(t, func() error { return c.WriteMessage(OpBinary, big) })
+			return blockWrites(t, c, func() error { return c.WriteMessage(OpBinary, big) })
 		}},
 		{"WriteAsync", func(t *testing.T, c *Conn) <-chan error {
 			done := make(chan error, 1)
@@ -182,7 +187,7 @@ func TestSetWriteDeadlineStillAppliesUnderTheWriteTimeout(t *testing.T) {
 		dialRaw(t, addr, nil) // never reads
 		c := h.waitOpen(t)
 		big := make([]byte, 1<<20)
-		failed := blockWrites(t, func() error { return c.WriteMessage(OpBinary, big) })
+		failed := blockWrites(t, c, func() error { return c.WriteMessage(OpBinary, big) })
 		require.NoError(t, c.SetWriteDeadline(time.Now()))
 		require.ErrorIs(t, <-failed, os.ErrDeadlineExceeded)
 		require.ErrorIs(t, h.waitClose(t), os.ErrDeadlineExceeded)
@@ -390,7 +395,7 @@ func TestWriteTimeoutOnAConnWithoutSyscallConn(t *testing.T) {
 	c := h.waitOpen(t)
 	require.IsType(t, (*netConnTransport)(nil), c.tr, "the connection must not write through a RawConn")
 	big := make([]byte, 1<<20)
-	failed := blockWrites(t, func() error { return c.WriteMessage(OpBinary, big) })
+	failed := blockWrites(t, c, func() error { return c.WriteMessage(OpBinary, big) })
 	require.ErrorIs(t, <-failed, os.ErrDeadlineExceeded)
 	err = h.waitClose(t)
 	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "OnClose: %v", err)

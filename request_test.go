@@ -569,7 +569,7 @@ func TestOnRequestLargeRefusalBody(t *testing.T) {
 	t.Parallel()
 	body := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
 	huge := bytes.Repeat(body, 64)                          // more than the socket buffers hold (≤ 36 MiB here)
-	forEachTCPMode(t, func(t *testing.T, m serverMode) {
+	forEachTCPModeParallel(t, func(t *testing.T, m serverMode) {
 		ml := &metricsLog{}
 		addr := m.serve(t, newEcho(), &Options{Metrics: ml}, func(u *Upgrader) {
 			u.HandshakeTimeout = 300 * time.Millisecond

@@ -84,6 +84,7 @@ func TestUpgraderShutdownSendsGoingAway(t *testing.T) {
 }
 
 func TestUpgraderShutdownReturnsByItsDeadlineWithAPeerThatNeverReads(t *testing.T) {
+	t.Parallel()
 	h := newRecorder()
 	u := newUpgrader(h, &Options{WriteTimeout: time.Hour}) // only ctx can end the stalled write
 	addr, _ := shutdownUpgrader(t, u)
@@ -94,7 +95,7 @@ func TestUpgraderShutdownReturnsByItsDeadlineWithAPeerThatNeverReads(t *testing.
 	h.waitOpen(t)
 	h.waitOpen(t)
 	big := make([]byte, 1<<20)
-	failed := blockWrites(t, func() error { return stalled.WriteMessage(OpBinary, big) })
+	failed := blockWrites(t, stalled, func() error { return stalled.WriteMessage(OpBinary, big) })
 
 	const wait = 500 * time.Millisecond
 	ctx, cancel := context.WithTimeout(context.Background(), wait)

@@ -37,7 +37,7 @@ func TestWriteAsyncIsBounded(t *testing.T) {
 	queued := make(chan []error, 1)
 	h.open = func(c *Conn) {
 		var errs []error
-		c.SetWriteDeadline(time.Now().Add(3 * time.Second))
+		c.SetWriteDeadline(time.Now().Add(300 * time.Millisecond))
 		big := make([]byte, 8<<20) // the client does not read: the first write blocks
 		for i := 0; i < 10; i++ {
 			errs = append(errs, c.WriteAsync(OpBinary, big, func(err error) { results <- err }))
