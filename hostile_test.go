@@ -62,6 +62,7 @@ func blockWrites(t *testing.T, c *Conn, write func() error) <-chan error {
 // the closing of its listeners (TestServerShutdownCoversItsUpgrade), and
 // runServer checks that Serve returns ErrServerClosed once it is closed.
 func TestShutdownReturnsByItsDeadlineWithAPeerThatNeverReads(t *testing.T) {
+	t.Parallel()
 	forEachTCPModeParallel(t, func(t *testing.T, m serverMode) {
 		h := newRecorder()
 		var u *Upgrader
@@ -96,6 +97,7 @@ func TestShutdownReturnsByItsDeadlineWithAPeerThatNeverReads(t *testing.T) {
 }
 
 func TestWriteTimeoutCutsAPeerThatNeverReads(t *testing.T) {
+	t.Parallel()
 	big := make([]byte, 1<<20)
 	cases := []struct {
 		name  string
@@ -160,6 +162,7 @@ func TestWriteTimeoutCutsAPeerThatNeverReads(t *testing.T) {
 }
 
 func TestWriteTimeoutCutsAnEchoPeerThatNeverReads(t *testing.T) {
+	t.Parallel()
 	// The echo is written from OnMessage, corked: the read goroutine itself
 	// (in netpoll mode, the one resumed for the bytes) blocks in the flush,
 	// and the timeout must free it.
@@ -181,6 +184,7 @@ func TestWriteTimeoutCutsAnEchoPeerThatNeverReads(t *testing.T) {
 }
 
 func TestSetWriteDeadlineStillAppliesUnderTheWriteTimeout(t *testing.T) {
+	t.Parallel()
 	forEachTCPModeParallel(t, func(t *testing.T, m serverMode) {
 		h := newRecorder()
 		addr := m.start(t, h, &Options{WriteTimeout: time.Hour})
@@ -249,7 +253,11 @@ func TestAnnouncedLengthCommitsNoMemory(t *testing.T) {
 		// garbage goes), then measure.
 		growth := func() uint64 { return max(settledHeap(), before) - before }
 		assertEventually(5*time.Second, func() bool { return growth() >= peers*sent/2 })
-		time.Sleep(200 * time.Millisecond)
+		settle := 200 * time.Millisecond // for what the server might read or allocate late
+		if testing.Short() {
+			settle = 50 * time.Millisecond
+		}
+		time.Sleep(settle)
 		grown := growth()
 		t.Logf("heap grew by %d KiB for %d peers that sent %d KiB each", grown>>10, peers, sent>>10)
 		// About 2× what arrived plus a 64 KiB read buffer, per peer.
@@ -313,6 +321,7 @@ func TestFragmentedMessageGrowsLinearly(t *testing.T) {
 }
 
 func TestFailedConnectionLingersBriefly(t *testing.T) {
+	t.Parallel()
 	// After a protocol error gust sends its close frame and waits for the
 	// peer to stop sending, not for CloseTimeout: a peer that sends a bad
 	// frame and then neither closes nor reads holds its descriptor for a
@@ -381,6 +390,7 @@ func (l plainListener) Accept() (net.Conn, error) {
 // SyscallConn, which has no descriptor to park on gust's epoll (with
 // Netpoll set, such a conn runs in goroutine mode).
 func TestWriteTimeoutOnAConnWithoutSyscallConn(t *testing.T) {
+	t.Parallel()
 	h := newRecorder()
 	s := newServer(h, &Options{WriteTimeout: 300 * time.Millisecond})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -464,6 +474,7 @@ func TestHeaderOrFragmentCommitsNoMessageBuffer(t *testing.T) {
 // whatever read deadline the handler set; a message that arrives in time
 // passes, and the handler's deadline is back once it has.
 func TestMessageTimeoutEndsAMessageThatNeverFinishes(t *testing.T) {
+	t.Parallel()
 	const bound = 300 * time.Millisecond
 	forEachTCPMode(t, func(t *testing.T, m serverMode) {
 		t.Parallel() // waits on timers: the modes wait side by side
@@ -518,6 +529,7 @@ func TestMessageTimeoutEndsAMessageThatNeverFinishes(t *testing.T) {
 // The handler's own read deadline still ends a connection waiting in the
 // middle of a message when it comes before MessageTimeout.
 func TestReadDeadlineBeforeMessageTimeout(t *testing.T) {
+	t.Parallel()
 	forEachTCPMode(t, func(t *testing.T, m serverMode) {
 		t.Parallel() // waits on timers: the modes wait side by side
 		h := newRecorder()
@@ -582,6 +594,7 @@ func TestEmptyFragmentsUnderTheBound(t *testing.T) {
 // messages that follow; when it fires on an idle connection, the handler's
 // own deadline is what ends it, and at its time.
 func TestReadDeadlineAfterAMessageInPieces(t *testing.T) {
+	t.Parallel()
 	forEachTCPMode(t, func(t *testing.T, m serverMode) {
 		t.Parallel() // waits on timers: the modes wait side by side
 		h := newRecorder()

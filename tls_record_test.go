@@ -181,6 +181,7 @@ func dialTLSTap(t *testing.T, host string) *tlsTapClient {
 // server that answers the handshake and then sends a record's header and
 // nothing more is cut at the bound.
 func TestMessageTimeoutEndsATLSRecordThatNeverFinishesOnTheClient(t *testing.T) {
+	t.Parallel()
 	const bound = 300 * time.Millisecond
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
