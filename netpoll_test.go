@@ -198,7 +198,7 @@ func TestNetpollParkedConnectionsEnd(t *testing.T) {
 				opts := tt.opts
 				dialRaw(t, m.start(t, h, &opts), nil) // a peer that sends nothing and answers nothing
 				c := h.waitOpen(t)
-				time.Sleep(20 * time.Millisecond) // parked by now
+				require.Eventually(t, func() bool { return c.sock().Parked() }, 5*time.Second, time.Millisecond, "parked")
 				start := time.Now()
 				tt.end(c)
 				tt.want(t, h.waitClose(t))
