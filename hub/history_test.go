@@ -535,21 +535,28 @@ func TestHubHistoryStartsOverUnderItsMembers(t *testing.T) {
 	})
 }
 
+// framingHub returns a Hub on a MemoryHistory, closed when the test ends,
+// and the count of the messages it has framed.
+func framingHub(t *testing.T) (*hub.Hub, *atomic.Int64) {
+	frames := new(atomic.Int64)
+	hb, err := hub.New(&hub.Options{Broker: hub.NewMemoryHistory(nil), Frame: func(dst []byte, n hub.Notice) ([]byte, gust.Opcode) {
+		if n.Kind == hub.NoticeMessage {
+			frames.Add(1)
+		}
+		return hub.FrameJSON(dst, n)
+	}})
+	require.NoError(t, err)
+	t.Cleanup(func() { hb.Close() })
+	return hb, frames
+}
+
 // Members that recover a topic and never read do not hold up the room:
 // each record is framed once for all of them, each holds at most a window
 // of it in its outbox, and a member who reads gets the history and the
 // live messages.
 func TestHubRecoveryFramesOnceAndFeedsAsItDrains(t *testing.T) {
 	forEachMode(t, func(t *testing.T, opts *gust.Options) {
-		var frames atomic.Int64
-		hb, err := hub.New(&hub.Options{Broker: hub.NewMemoryHistory(nil), Frame: func(dst []byte, n hub.Notice) ([]byte, gust.Opcode) {
-			if n.Kind == hub.NoticeMessage {
-				frames.Add(1)
-			}
-			return hub.FrameJSON(dst, n)
-		}})
-		require.NoError(t, err)
-		defer hb.Close()
+		hb, frames := framingHub(t)
 		const kept, members, window = 300, 40, 64
 		text := strings.Repeat("x", 2000)
 		for range kept {
@@ -577,15 +584,7 @@ func TestHubRecoveryFramesOnceAndFeedsAsItDrains(t *testing.T) {
 // next comes (a crowd reconnecting over a second), share its framed
 // records too: they outlive the last recovery by a second.
 func TestHubRecoveriesInTurnFrameOnce(t *testing.T) {
-	var frames atomic.Int64
-	hb, err := hub.New(&hub.Options{Broker: hub.NewMemoryHistory(nil), Frame: func(dst []byte, n hub.Notice) ([]byte, gust.Opcode) {
-		if n.Kind == hub.NoticeMessage {
-			frames.Add(1)
-		}
-		return hub.FrameJSON(dst, n)
-	}})
-	require.NoError(t, err)
-	defer hb.Close()
+	hb, frames := framingHub(t)
 	const kept = 100
 	for range kept {
 		say(t, hb, "room", "x")

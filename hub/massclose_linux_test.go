@@ -2,15 +2,9 @@ package hub_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"fmt"
 	"log/slog"
-	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -26,6 +20,7 @@ import (
 
 	"github.com/gustws/gust"
 	"github.com/gustws/gust/hub"
+	"github.com/gustws/gust/internal/selfsigned"
 	"github.com/gustws/gust/internal/testkit"
 )
 
@@ -115,25 +110,6 @@ func (g goingAway) OnClose(_ *gust.Conn, err error) {
 	}
 }
 
-// testCertificate makes a self-signed certificate for 127.0.0.1.
-func testCertificate(t *testing.T) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "hub test"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	require.NoError(t, err)
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-}
-
 // Everyone leaving at once (issue 35): thousands of connections, held by a
 // Hub through Wrap, each in one of 100 rooms of a LocalPresence that every
 // member watches (examples/chat), close through one Shutdown. Their ends —
@@ -203,7 +179,9 @@ func everyoneLeaves(t *testing.T, n int, netpoll, useTLS bool) {
 	if useTLS {
 		// X25519 alone: the hybrid post-quantum exchange would make the
 		// handshakes, not the close, most of the test's time.
-		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{testCertificate(t)}, CurvePreferences: []tls.CurveID{tls.X25519}}
+		cert, err := selfsigned.Cert(nil, "127.0.0.1")
+		require.NoError(t, err)
+		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, CurvePreferences: []tls.CurveID{tls.X25519}}
 		go func() { served <- srv.ServeTLS(ln, "", "") }()
 		url = "wss://" + ln.Addr().String() + "/"
 		dialOpts.TLSConfig = &tls.Config{InsecureSkipVerify: true}
