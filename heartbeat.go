@@ -102,7 +102,10 @@ func (hb *heartbeat) Check(t uint64) (due uint64, fire bool) {
 			go c.abort(err)
 			return t + interval, false
 		}
-		return hb.pinged + timeout, false
+		// The pong may be late rather than lost (a busy process): look
+		// again within PingInterval, so that once it comes the next ping
+		// is not put off until PingTimeout.
+		return min(hb.pinged+timeout, t+interval), false
 	case t-seen > interval:
 		// The wait began at tick seen or up to a tick later: a ping only
 		// once the silence has surely lasted PingInterval. Look again

@@ -258,6 +258,36 @@ func TestHeartbeatBusyReaderIsNotSilent(t *testing.T) {
 	require.Equal(t, StatusNormalClosure, CloseStatus(srv.waitClose(t)))
 }
 
+// TestHeartbeatLatePongKeepsTheCadence walks Check through a pong that
+// comes after the next check (a busy process): the check that finds it
+// missing comes back within PingInterval, not at PingTimeout, so the ping
+// after the pong is PingInterval after it.
+func TestHeartbeatLatePongKeepsTheCadence(t *testing.T) {
+	t.Parallel()
+	cfg := newConfig(Options{PingInterval: time.Second, PingTimeout: time.Hour}, true)
+	hb := &heartbeat{c: &Conn{cfg: cfg}}
+	interval := cfg.pingTicks
+	hb.seen.Store(10) // waiting since tick 10
+
+	due, fire := hb.Check(10 + interval + 1)
+	require.True(t, fire, "silent for PingInterval: pinged")
+	pinged := 10 + interval + 1
+
+	due, fire = hb.Check(due) // the pong has not come yet
+	require.False(t, fire)
+	require.LessOrEqual(t, due, pinged+2*interval, "a late pong is looked for within PingInterval")
+
+	hb.seen.Store(due - 1) // the pong came, then silence again
+	for range 3 {
+		due, fire = hb.Check(due)
+		if fire {
+			break
+		}
+	}
+	require.True(t, fire, "pinged again PingInterval after the late pong")
+	require.LessOrEqual(t, due, pinged+4*interval+2)
+}
+
 // TestHeartbeatSize: a connection's heartbeat state, its place in the
 // wheel included, stays in 48 bytes.
 func TestHeartbeatSize(t *testing.T) {

@@ -51,12 +51,18 @@ func tryHold() bool { return take(&heldCount, holdLimit) }
 // tryLend takes a place among the compressors lent for a batch.
 func tryLend() bool { return take(&lentCount, lendLimit) }
 
+// take adds one to n unless it is at limit. It never lets n pass limit,
+// even for a moment, so that what Kept reports is a true bound.
 func take(n *atomic.Int64, limit int64) bool {
-	if n.Add(1) <= limit {
-		return true
+	for {
+		v := n.Load()
+		if v >= limit {
+			return false
+		}
+		if n.CompareAndSwap(v, v+1) {
+			return true
+		}
 	}
-	n.Add(-1)
-	return false
 }
 
 // primeSize bounds the bytes kept to prime a compressor with. Priming
