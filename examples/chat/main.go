@@ -67,6 +67,7 @@ import (
 	"os/signal"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode"
@@ -98,13 +99,33 @@ type chat struct {
 
 	wsDone chan error // the Upgrader's Shutdown, run by server's hook
 
-	// The frame of the presence event being told: a watcher is called per
-	// member for each event, one after the other, and a room of 1,000
-	// members would otherwise marshal and frame each event 1,000 times.
-	lastMu    sync.Mutex
-	lastEvent hub.PresenceEvent
-	lastAt    time.Time
-	lastFrame *gust.PreparedMessage
+	roomsMu sync.Mutex
+	rooms   map[string]*room // the rooms with connections here
+
+	// stopping is set once the server shuts down: every member here is
+	// being closed with 1001 and gust refuses their writes, so telling each
+	// of the others leaving (the square of a room's size, a failed write
+	// each) would be work for nobody. Other instances still hear of the
+	// leaves through the Presence.
+	stopping atomic.Bool
+}
+
+// room is a room with connections on this instance: one presence watcher
+// tells them of its changes, a frame made once per change. (A watcher per
+// connection would cost a call per member per change: when everyone
+// leaves at once, on Shutdown, the square of the room's size.)
+type room struct {
+	ch   *chat
+	stop func() // the watcher's; set under chat.roomsMu
+	n    int    // connections here in the room, under chat.roomsMu
+
+	// mu orders a change told to the room against a member's welcome: the
+	// member reads the list, queues its welcome and becomes a listener
+	// under it, so a change told before that is in its list and one told
+	// after reaches it after its welcome (the page applies events to the
+	// list as set operations, so a change in both is harmless).
+	mu        sync.Mutex
+	listeners map[*gust.Conn]struct{}
 }
 
 // event is what the page receives: straight from the server (welcome,
@@ -235,47 +256,85 @@ func who(c *gust.Conn) (name, room string) {
 }
 
 func (ch *chat) OnOpen(c *gust.Conn) {
-	name, room := who(c)
+	name, topic := who(c)
 	since, _ := c.Get("since")
-	// Join, then watch, then list: a change between the last two shows in
-	// both, which the page takes as set operations. The welcome and the
-	// events go through the outbox, in that order: an event that comes
-	// before the welcome is queued waits for it, so that the page never
-	// replaces its list with a snapshot older than an event it applied.
-	if err := ch.presence.Join(room, name); err != nil {
-		log.Printf("chat: join %q: %v", room, err)
+	// Watch (the room's watcher, if this is its first connection here),
+	// join, then list: a change between the first and the last shows in
+	// both. The welcome and the events go through the outbox, in that
+	// order (room.mu), so that the page never replaces its list with a
+	// snapshot older than an event it applied.
+	r := ch.enter(topic)
+	if err := ch.presence.Join(topic, name); err != nil {
+		log.Printf("chat: join %q: %v", topic, err)
 	}
-	var mu sync.Mutex
-	var early []*gust.PreparedMessage // events before the welcome; nil once it is queued
-	welcomed := false
-	stop, err := ch.presence.Watch(room, func(e hub.PresenceEvent) {
-		if e.Member == name {
-			return // one's own other tabs
-		}
-		pm := ch.presenceFrame(e)
-		mu.Lock()
-		defer mu.Unlock()
-		if !welcomed {
-			early = append(early, pm)
-			return
-		}
-		c.WritePreparedAsync(pm, nil) // a full outbox closes a slow member
-	})
-	if err != nil {
-		log.Printf("chat: watch %q: %v", room, err)
-	} else {
-		c.Set("stop", stop)
-	}
-	members := ch.presence.Members(nil, room)
-	mu.Lock()
-	ch.sendAsync(c, event{Type: "welcome", Room: room, Name: name, Members: members})
-	for _, pm := range early {
-		c.WritePreparedAsync(pm, nil)
-	}
-	early, welcomed = nil, true
-	mu.Unlock()
-	if err := ch.hub.SubscribeSince(c, room, since.(hub.Position)); err != nil {
+	r.mu.Lock()
+	members := ch.presence.Members(nil, topic)
+	ch.sendAsync(c, event{Type: "welcome", Room: topic, Name: name, Members: members})
+	r.listeners[c] = struct{}{}
+	r.mu.Unlock()
+	if err := ch.hub.SubscribeSince(c, topic, since.(hub.Position)); err != nil {
 		log.Printf("chat: subscribe %v: %v", c.RemoteAddr(), err)
+	}
+}
+
+// enter counts a connection into topic's room, which it makes, watching
+// the topic's presence, if it is the first here.
+func (ch *chat) enter(topic string) *room {
+	ch.roomsMu.Lock()
+	defer ch.roomsMu.Unlock()
+	r := ch.rooms[topic]
+	if r == nil {
+		r = &room{ch: ch, listeners: make(map[*gust.Conn]struct{})}
+		stop, err := ch.presence.Watch(topic, func(e hub.PresenceEvent) { r.tell(e) })
+		if err != nil {
+			log.Printf("chat: watch %q: %v", topic, err)
+			stop = func() {}
+		}
+		r.stop = stop
+		if ch.rooms == nil {
+			ch.rooms = make(map[string]*room)
+		}
+		ch.rooms[topic] = r
+	}
+	r.n++
+	return r
+}
+
+// leave undoes enter for c; the room's last connection here stops its
+// watcher.
+func (ch *chat) leave(topic string, c *gust.Conn) {
+	ch.roomsMu.Lock()
+	defer ch.roomsMu.Unlock()
+	r := ch.rooms[topic]
+	if r == nil {
+		return // never entered
+	}
+	r.mu.Lock()
+	delete(r.listeners, c)
+	r.mu.Unlock()
+	if r.n--; r.n == 0 {
+		r.stop()
+		delete(ch.rooms, topic)
+	}
+}
+
+// tell sends e to the room's connections here, on the Presence's
+// goroutine: queued, never waiting for a slow member (a full outbox
+// closes it).
+func (r *room) tell(e hub.PresenceEvent) {
+	if r.ch.stopping.Load() {
+		return
+	}
+	ev := event{Type: "leave", Room: e.Topic, Name: e.Member, Time: time.Now().UnixMilli()}
+	if e.Joined {
+		ev.Type = "join"
+	}
+	b, _ := json.Marshal(ev)
+	pm, _ := gust.NewPreparedMessage(gust.OpText, b) // an OpText message cannot fail
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for c := range r.listeners {
+		c.WritePreparedAsync(pm, nil)
 	}
 }
 
@@ -325,42 +384,19 @@ func (ch *chat) OnMessage(c *gust.Conn, m *gust.Message) {
 }
 
 func (ch *chat) OnClose(c *gust.Conn, err error) {
-	name, room := who(c)
-	if stop, ok := c.Get("stop"); ok {
-		stop.(func())()
-	}
-	if err := ch.presence.Leave(room, name); err != nil {
-		log.Printf("chat: leave %q: %v", room, err)
+	name, topic := who(c)
+	ch.leave(topic, c)
+	if err := ch.presence.Leave(topic, name); err != nil {
+		log.Printf("chat: leave %q: %v", topic, err)
 	}
 }
 
-// sendAsync queues e in c's outbox: presence events come on the
-// Presence's goroutine, which must not wait for a slow member, and stay in
-// order with the welcome.
+// sendAsync queues e in c's outbox, where it stays in order with the
+// presence events (room.tell).
 func (ch *chat) sendAsync(c *gust.Conn, e event) {
 	e.Time = time.Now().UnixMilli()
 	b, _ := json.Marshal(e)
 	c.WriteAsync(gust.OpText, b, nil) // a full outbox closes a slow member
-}
-
-// presenceFrame returns the join or leave frame of e, made once for every
-// member it is told to (the one made last is kept for 100 ms: the same
-// change again later is framed again, with its own time).
-func (ch *chat) presenceFrame(e hub.PresenceEvent) *gust.PreparedMessage {
-	ch.lastMu.Lock()
-	defer ch.lastMu.Unlock()
-	now := time.Now()
-	if ch.lastFrame != nil && ch.lastEvent == e && now.Sub(ch.lastAt) < 100*time.Millisecond {
-		return ch.lastFrame
-	}
-	ev := event{Type: "leave", Room: e.Topic, Name: e.Member, Time: now.UnixMilli()}
-	if e.Joined {
-		ev.Type = "join"
-	}
-	b, _ := json.Marshal(ev)
-	pm, _ := gust.NewPreparedMessage(gust.OpText, b) // an OpText message cannot fail
-	ch.lastEvent, ch.lastAt, ch.lastFrame = e, now, pm
-	return pm
 }
 
 func main() {
@@ -426,6 +462,7 @@ func (ch *chat) server(grace time.Duration) *http.Server {
 	srv := &http.Server{Handler: ch.handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second}
 	ch.wsDone = make(chan error, 1)
 	srv.RegisterOnShutdown(func() { // in a goroutine of its own, with no context
+		ch.stopping.Store(true)
 		ctx, cancel := context.WithTimeout(context.Background(), grace)
 		defer cancel()
 		ch.wsDone <- ch.upgrader.Shutdown(ctx)

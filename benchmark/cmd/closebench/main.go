@@ -10,8 +10,10 @@
 // plain handler against hub.Wrap with what a chat or notifications
 // service does with it: each connection subscribed to one of -topics
 // topics, joined to it in a hub.LocalPresence in OnOpen and leaving in
-// OnClose, and (-watch each, examples/chat's way) watching its topic's
-// presence, each join or leave queued to it as a message.
+// OnClose, and told of its topic's joins and leaves, queued to it as
+// messages: by one watcher per topic, nothing told once Shutdown began
+// (-watch room, examples/chat's way), or by a watcher of its own (-watch
+// each, the chat's earlier way).
 //
 // One binary, four modes: run (the orchestrator, which starts the others
 // and prints a JSON line per measurement), server, clients (processes
@@ -37,7 +39,7 @@ func main() {
 	useTLS := flag.Bool("tls", false, "server: TLS (a self-signed certificate made at start); clients: wss://")
 	useHub := flag.Bool("hub", false, "server: hub.Wrap, a topic and a LocalPresence per connection")
 	topics := flag.Int("topics", 100, "server: topics the connections are spread over (with -hub)")
-	watch := flag.String("watch", "each", "server: presence watchers (with -hub): each (every connection watches its topic, as examples/chat), topic (one per topic, publishing to it through the Hub) or none")
+	watch := flag.String("watch", "room", "server: presence watchers (with -hub): room (one per topic, telling the topic's connections, as examples/chat), each (every connection watches its topic), topic (one per topic, publishing to it through the Hub) or none")
 	traceFile := flag.String("trace", "", "server: write a runtime trace of the Shutdown to this file (a CPU profile if it ends in .pprof); run: a file per measurement in this directory")
 	profile := flag.String("profile", "trace", "run, with -trace: trace (runtime traces) or cpu (CPU profiles)")
 	// clients

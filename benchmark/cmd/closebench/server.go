@@ -130,8 +130,10 @@ func (a plainApp) OnOpen(*gust.Conn)         { a.open.Add(1) }
 func (a plainApp) OnClose(*gust.Conn, error) { a.open.Add(-1) }
 
 // hubApp is what a chat or notifications service does with hub.Wrap: each
-// connection subscribes to a topic, joins it in the presence and, with
-// watch "each", watches its members (examples/chat's OnOpen and OnClose).
+// connection subscribes to a topic and joins it in the presence; with
+// watch "room" (examples/chat's OnOpen and OnClose) one watcher per topic
+// tells the topic's connections of each change, with "each" every
+// connection watches its topic itself (what examples/chat did before).
 type hubApp struct {
 	gust.BuiltinEventHandler
 	open     *atomic.Int64
@@ -144,24 +146,43 @@ type hubApp struct {
 	lastMu    sync.Mutex
 	lastEvent hub.PresenceEvent
 	lastFrame *gust.PreparedMessage
+
+	rooms    []*benchRoom // watch "room": one per topic
+	stopping atomic.Bool  // set before Shutdown: rooms tell nobody (examples/chat's chat.stopping)
+}
+
+// benchRoom is examples/chat's room: the connections a topic's watcher
+// tells of each change, under a lock that orders the change against a
+// member's welcome.
+type benchRoom struct {
+	mu        sync.Mutex
+	listeners map[*gust.Conn]struct{}
 }
 
 // member is what a connection of hubApp keeps in c.Set.
 type member struct {
 	topic, name string
+	room        int
 	stop        func()
 }
 
 func (a *hubApp) OnOpen(c *gust.Conn) {
 	a.open.Add(1)
 	i := a.next.Add(1)
-	m := &member{topic: fmt.Sprintf("topic-%d", i%int64(a.topics)), name: fmt.Sprintf("user-%d", i)}
+	m := &member{topic: fmt.Sprintf("topic-%d", i%int64(a.topics)), name: fmt.Sprintf("user-%d", i), room: int(i % int64(a.topics))}
 	c.Set("member", m)
 	if err := a.hub.Subscribe(c, m.topic); err != nil {
 		panic(err)
 	}
 	if err := a.presence.Join(m.topic, m.name); err != nil {
 		panic(err)
+	}
+	if a.watch == "room" {
+		r := a.rooms[m.room]
+		r.mu.Lock()
+		_ = a.presence.Members(nil, m.topic) // the welcome's list
+		r.listeners[c] = struct{}{}
+		r.mu.Unlock()
 	}
 	if a.watch == "each" {
 		stop, err := a.presence.Watch(m.topic, func(e hub.PresenceEvent) {
@@ -183,24 +204,36 @@ func (a *hubApp) OnClose(c *gust.Conn, _ error) {
 	if m.stop != nil {
 		m.stop()
 	}
+	if a.watch == "room" {
+		r := a.rooms[m.room]
+		r.mu.Lock()
+		delete(r.listeners, c)
+		r.mu.Unlock()
+	}
 	a.presence.Leave(m.topic, m.name)
 }
 
 // frame returns the message telling of e, made once for all the members
-// it is told to, as examples/chat's presenceFrame does.
+// it is told to (-watch each).
 func (a *hubApp) frame(e hub.PresenceEvent) *gust.PreparedMessage {
 	a.lastMu.Lock()
 	defer a.lastMu.Unlock()
 	if a.lastFrame != nil && a.lastEvent == e {
 		return a.lastFrame
 	}
+	pm := newPresenceFrame(e)
+	a.lastEvent, a.lastFrame = e, pm
+	return pm
+}
+
+// newPresenceFrame returns the message telling of e.
+func newPresenceFrame(e hub.PresenceEvent) *gust.PreparedMessage {
 	kind := "leave"
 	if e.Joined {
 		kind = "join"
 	}
 	b, _ := json.Marshal(map[string]string{"type": kind, "topic": e.Topic, "member": e.Member})
 	pm, _ := gust.NewPreparedMessage(gust.OpText, b)
-	a.lastEvent, a.lastFrame = e, pm
 	return pm
 }
 
@@ -214,9 +247,29 @@ func runServer(cfg serverConfig) error {
 	logger := slog.New(heldLog{slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}), &hmu, held})
 	var open atomic.Int64
 	var handler gust.Event = plainApp{open: &open}
+	var app *hubApp
 	if cfg.hub {
 		h := new(hub.Hub)
-		app := &hubApp{open: &open, next: new(atomic.Int64), topics: cfg.topics, watch: cfg.watch, hub: h, presence: hub.NewLocalPresence()}
+		app = &hubApp{open: &open, next: new(atomic.Int64), topics: cfg.topics, watch: cfg.watch, hub: h, presence: hub.NewLocalPresence()}
+		if cfg.watch == "room" {
+			for i := range cfg.topics {
+				r := &benchRoom{listeners: make(map[*gust.Conn]struct{})}
+				app.rooms = append(app.rooms, r)
+				if _, err := app.presence.Watch(fmt.Sprintf("topic-%d", i), func(e hub.PresenceEvent) {
+					if app.stopping.Load() {
+						return
+					}
+					pm := newPresenceFrame(e)
+					r.mu.Lock()
+					defer r.mu.Unlock()
+					for c := range r.listeners {
+						c.WritePreparedAsync(pm, nil)
+					}
+				}); err != nil {
+					return err
+				}
+			}
+		}
 		if cfg.watch == "topic" {
 			for i := range cfg.topics {
 				topic := fmt.Sprintf("topic-%d", i)
@@ -275,6 +328,9 @@ func runServer(cfg serverConfig) error {
 			}
 			cpu0 := cpuTime()
 			start := time.Now()
+			if app != nil {
+				app.stopping.Store(true) // as examples/chat's OnShutdown hook
+			}
 			err := srv.Shutdown(ctx)
 			if tf != nil {
 				trace.Stop()
