@@ -316,12 +316,13 @@ func TestNetpollPeerThatStopsReadingHoldsUpNoOther(t *testing.T) {
 		h := newFlooder(count, big)
 		addr := m.start(t, h, &Options{WriteTimeout: 30 * time.Second})
 		slow := dialRaw(t, addr, nil)
+		sc := h.waitOpen(t)
 		others := make([]*rawClient, 8)
 		for i := range others {
 			others[i] = dialRaw(t, addr, nil)
 		}
 		slow.send(frame(0x81, []byte("flood")))
-		time.Sleep(100 * time.Millisecond) // the flood fills the slow peer's socket
+		waitSocketFull(t, sc)
 		echoRounds(t, others, 20, 2*time.Second)
 		slow.nc.SetReadDeadline(time.Now().Add(20 * time.Second))
 		for i := range count {
@@ -330,6 +331,23 @@ func TestNetpollPeerThatStopsReadingHoldsUpNoOther(t *testing.T) {
 		slow.send(frame(0x81, []byte("after")))
 		slow.expectMessage(OpText, []byte("after"))
 	})
+}
+
+// waitSocketFull waits, up to 10 s, until c's socket has refused bytes:
+// they wait in c's backlog (a write on an event loop), or a write waits on
+// the socket with the write lock held, seen at two looks in a row.
+func waitSocketFull(t *testing.T, c *Conn) {
+	t.Helper()
+	held := 0
+	require.Eventually(t, func() bool {
+		if !c.wr.mu.TryLock() {
+			held++
+			return held >= 2
+		}
+		defer c.wr.mu.Unlock()
+		held = 0
+		return c.wr.backlog != nil // empty for TLS: the records wait in crypto/tls's layer
+	}, 10*time.Second, 5*time.Millisecond, "the socket never filled")
 }
 
 // newFlooder answers "flood" with count binary messages of size bytes, the
@@ -461,7 +479,7 @@ func TestNetpollFloodingPeerHoldsUpNoOther(t *testing.T) {
 				echoed.Add(1)
 			}
 		}()
-		time.Sleep(50 * time.Millisecond) // the flood is on
+		require.Eventually(t, func() bool { return echoed.Load() > 0 }, 5*time.Second, time.Millisecond, "the flood is on")
 		echoRounds(t, others, 10, 5*time.Second)
 		close(stop)
 		n := <-sent
@@ -489,8 +507,9 @@ func TestNetpollPanicAfterAFullSocketStillSends1011(t *testing.T) {
 		}
 		addr := m.start(t, h, &Options{Logger: newLogger(io.Discard), WriteTimeout: 30 * time.Second})
 		c := dialRaw(t, addr, nil)
+		sc := h.waitOpen(t)
 		c.send(frame(0x81, []byte("go")))
-		time.Sleep(100 * time.Millisecond) // the socket fills
+		waitSocketFull(t, sc)
 		c.nc.SetReadDeadline(time.Now().Add(20 * time.Second))
 		for i := range count {
 			c.expectMessage(OpBinary, bytes.Repeat([]byte{byte(i)}, big))

@@ -341,12 +341,13 @@ func TestStreamPeerCloseMidStream(t *testing.T) {
 func TestStreamPeerGoneMidStream(t *testing.T) {
 	t.Parallel()
 	readErr := make(chan error, 1)
+	var read atomic.Int64
 	h, c := streamingServer(t, &Options{StreamThreshold: 1024}, func(c *Conn, m *Message) {
-		_, err := io.Copy(io.Discard, m)
+		_, err := io.Copy(writerFunc(func(p []byte) { read.Add(int64(len(p))) }), m)
 		readErr <- err
 	})
-	c.send(frame(0x02, make([]byte, 10<<10)))
-	time.Sleep(20 * time.Millisecond)
+	c.send(frame(0x02, make([]byte, 10<<10))) // not the last frame: the message goes on
+	require.Eventually(t, func() bool { return read.Load() == 10<<10 }, 5*time.Second, time.Millisecond)
 	c.nc.Close()
 	require.ErrorIs(t, <-readErr, io.ErrUnexpectedEOF)
 	require.ErrorIs(t, h.waitClose(t), io.ErrUnexpectedEOF)
@@ -469,8 +470,9 @@ func TestStreamMemoryBound(t *testing.T) {
 // not by the header.
 func TestStreamHugeFrameAnnouncedByteByByte(t *testing.T) {
 	got := make(chan int64, 1)
+	var read atomic.Int64
 	_, c := streamingServer(t, &Options{StreamThreshold: 64 << 10, MaxMessageSize: -1}, func(c *Conn, m *Message) {
-		n, _ := io.Copy(io.Discard, m)
+		n, _ := io.Copy(writerFunc(func(p []byte) { read.Add(int64(len(p))) }), m)
 		got <- n
 	})
 	runtime.GC()
@@ -482,7 +484,7 @@ func TestStreamHugeFrameAnnouncedByteByByte(t *testing.T) {
 	for i := range 2000 {
 		c.send([]byte{byte(i) ^ key[i&3]})
 	}
-	time.Sleep(20 * time.Millisecond)
+	require.Eventually(t, func() bool { return read.Load() == 2000 }, 5*time.Second, time.Millisecond)
 	close(stop)
 	grew := <-peak - base
 	t.Logf("heap grew by %d KiB (from %d KiB)", grew>>10, base>>10)
@@ -704,4 +706,12 @@ func TestStreamSilentPeerMidFrameIsCut(t *testing.T) {
 	err := sh.waitClose(t)
 	require.ErrorIs(t, err, os.ErrDeadlineExceeded)
 	require.Less(t, time.Since(start), hbInterval+hbTimeout+hbMargin)
+}
+
+// writerFunc is an io.Writer that hands what it is given to f.
+type writerFunc func(p []byte)
+
+func (f writerFunc) Write(p []byte) (int, error) {
+	f(p)
+	return len(p), nil
 }

@@ -59,7 +59,7 @@ func TestShutdownContextCutsSilentPeers(t *testing.T) {
 	require.NoError(t, err)
 	go s.Serve(ln)
 	dialRaw(t, ln.Addr().String(), nil) // never answers the close frame
-	time.Sleep(50 * time.Millisecond)
+	h.waitOpen(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	require.ErrorIs(t, s.Shutdown(ctx), context.DeadlineExceeded)
@@ -140,7 +140,7 @@ func TestCloseWhileAcceptingAConnection(t *testing.T) {
 	ln.atClose = plainConn{peer}
 	served := make(chan error, 1)
 	go func() { served <- s.Serve(ln) }()
-	time.Sleep(10 * time.Millisecond) // Serve waits in Accept
+	<-ln.accepting // Serve waits in Accept
 	require.NoError(t, s.Close())
 	require.ErrorIs(t, <-served, ErrServerClosed)
 	nc.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -153,13 +153,15 @@ func TestCloseWhileAcceptingAConnection(t *testing.T) {
 // on conns until Close; after Close it returns atClose, if set, once, as a
 // listener does with a connection accepted as it closed.
 type fakeListener struct {
-	mu      sync.Mutex
-	errs    []error
-	atClose net.Conn
-	handed  chan struct{} // closed when Accept has returned atClose
-	conns   chan net.Conn
-	closed  chan struct{}
-	once    sync.Once
+	mu         sync.Mutex
+	errs       []error
+	atClose    net.Conn
+	handed     chan struct{} // closed when Accept has returned atClose
+	accepting  chan struct{} // closed when Accept is first called
+	conns      chan net.Conn
+	closed     chan struct{}
+	once       sync.Once
+	acceptOnce sync.Once
 }
 
 func (l *fakeListener) Accept() (net.Conn, error) {
@@ -170,6 +172,7 @@ func (l *fakeListener) Accept() (net.Conn, error) {
 		l.mu.Unlock()
 		return nil, err
 	}
+	l.acceptOnce.Do(func() { close(l.accepting) })
 	l.mu.Unlock()
 	select {
 	case nc := <-l.conns:
@@ -187,7 +190,8 @@ func (l *fakeListener) Accept() (net.Conn, error) {
 }
 
 // Close stops Accept. With atClose set, it returns only once Accept has
-// handed atClose over and its caller has had a moment to act on it.
+// handed atClose over and its caller has had a moment to act on it: the
+// sleep opens the window in which Serve races Close, it waits for no state.
 func (l *fakeListener) Close() error {
 	l.once.Do(func() {
 		close(l.closed)
@@ -206,7 +210,7 @@ func (l *fakeListener) Addr() net.Addr { return &net.TCPAddr{} }
 
 func newFakeListener(errs ...error) *fakeListener {
 	return &fakeListener{errs: errs, conns: make(chan net.Conn, 1), closed: make(chan struct{}),
-		handed: make(chan struct{})}
+		handed: make(chan struct{}), accepting: make(chan struct{})}
 }
 
 type tempError struct{ timeout bool }
