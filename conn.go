@@ -3,8 +3,10 @@ package gust
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -250,3 +252,86 @@ func (c *Conn) setReadDeadline(t time.Time) error {
 // still bounds each write when it comes sooner. A zero t leaves only
 // WriteTimeout.
 func (c *Conn) SetWriteDeadline(t time.Time) error { return c.setWriteDeadline(t) }
+
+// serve reads and dispatches until the connection ends, and ends it; in
+// netpoll mode, until it has nothing to read, and then parks it. On an
+// event loop (c.rd.loop), whatever would wait goes to a goroutine instead:
+// the rest of a message streamed to its handler, writes the socket did not
+// take, the end of the connection (loopEnds, the peer's close frame
+// included). It reports whether a callback ran on the loop (Held).
+func (c *Conn) serve(open bool) (called bool) {
+	for {
+		y, err := c.run(open)
+		open = false
+		called = called || c.rd.called
+		switch y {
+		case park:
+			if (*loopConn)(c).park() {
+				// Bytes came meanwhile, the socket was closed or the read
+				// deadline passed: serve on, with a read that finds out.
+				c.rd.drained = false
+				continue
+			}
+			return called
+		case handOff:
+			c.rd.loop = false
+			c.rd.shrink()
+			go c.serveOffLoop()
+			return called
+		case handOffEnd:
+			c.rd.loop = false
+			c.rd.shrink() // the close frame, in a buffer its size
+			ends.add(c, nil)
+			return called
+		}
+		if c.rd.loop {
+			c.rd.loop = false
+			c.rd.releaseAll()
+			ends.add(c, err)
+			return called
+		}
+		c.end(err)
+		return called
+	}
+}
+
+// serveOffLoop serves on a goroutine of its own a connection an event loop
+// handed over (handOff): it writes what the socket did not take on the
+// loop, then reads on where the loop stopped, and parks again once idle.
+func (c *Conn) serveOffLoop() {
+	c.wr.mu.Lock()
+	err := c.writeFailed(c.writeBacklogLocked())
+	c.wr.mu.Unlock()
+	if err != nil {
+		c.end(err)
+		return
+	}
+	c.serve(false)
+}
+
+// run calls OnOpen (when open is set) and reads until the connection ends
+// or yields. A panic in a callback, unless Options.DisableRecovery is set,
+// becomes a *PanicError, which end answers with 1011.
+func (c *Conn) run(open bool) (y yield, err error) {
+	if !c.cfg.DisableRecovery {
+		defer func() {
+			if p := recover(); p != nil {
+				y, err = goOn, c.recovered(p)
+			}
+		}()
+	}
+	if open {
+		c.handler.OnOpen(c)
+	}
+	return c.readFrames()
+}
+
+// recovered logs the panic p of a callback and returns it as a
+// *PanicError; the caller sends the 1011.
+func (c *Conn) recovered(p any) error {
+	pe := &PanicError{Value: p, Stack: debug.Stack()}
+	c.cfg.logger().LogAttrs(context.Background(), slog.LevelError, "gust: panic in event handler",
+		c.remoteAttr(), slog.Int("code", int(StatusInternalError)), slog.String("panic", fmt.Sprint(p)),
+		slog.String("stack", string(pe.Stack)))
+	return pe
+}

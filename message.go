@@ -7,6 +7,8 @@ import (
 	"unsafe"
 
 	"github.com/gustws/gust/internal/bufpool"
+	"github.com/gustws/gust/internal/deflate"
+	"github.com/gustws/gust/internal/utf8"
 )
 
 // Opcode is the type of a data message (RFC 6455 §5.2). Control frames
@@ -168,3 +170,104 @@ func (m *Message) Read(p []byte) (int, error) {
 // Streamed reports whether the message is delivered as a stream (it
 // outgrew Options.StreamThreshold): Data is nil, and Read yields its bytes.
 func (m *Message) Streamed() bool { return m.streamed }
+
+// endMessage completes the message whose last frame has been read (key
+// was its masking key): it inflates a compressed one, checks its text and
+// dispatches it.
+func (c *Conn) endMessage(key [4]byte) (want, error) {
+	rd := c.rd
+	if rd.loop && c.parallel != nil && len(c.parallel) == cap(c.parallel) {
+		return wantGoroutine, nil // dispatch would wait for a parallel handler to end
+	}
+	if rd.msg == nil { // an empty message
+		rd.msg = bufpool.Get(0)
+	}
+	wire := rd.n
+	if rd.compressed {
+		if rd.loop && (wire > loopInflateMax || rd.work >= loopWorkBudget) {
+			return wantGoroutine, nil // its inflating and its handler may take long
+		}
+		if err := c.inflateMessage(); err != nil {
+			threshold := c.cfg.StreamThreshold
+			if threshold > 0 && isTooBig(err) && int64(threshold) < c.cfg.maxMessageSize() {
+				// Small on the wire, past the threshold once inflated:
+				// stream it from the compressed bytes it has.
+				rd.utf8.Reset()
+				return 0, c.streamMessage(true, 0, key)
+			}
+			return 0, err
+		}
+		if rd.loop {
+			rd.addWork(rd.n)
+		}
+	}
+	// Uncompressed text was checked as it came; compressed, as it inflated.
+	if rd.op == OpText && !c.cfg.SkipUTF8Validation && !rd.utf8.Complete() {
+		return 0, protocolError(StatusInvalidFramePayloadData, "text not valid UTF-8")
+	}
+	if mt := c.cfg.Metrics; mt != nil {
+		mt.Received(c, rd.op, rd.n, wire)
+	}
+	m := rd.newMessage(rd.op, rd.msg, rd.n)
+	rd.msg, rd.op, rd.n = nil, 0, 0
+	if c.closing.has(closeSent) {
+		m.Close() // the browser API drops messages that arrive while closing
+		rd.recycle(m)
+		return 0, nil
+	}
+	c.dispatch(m)
+	return 0, nil
+}
+
+// inflateMessage replaces the compressed message in rd.msg with its
+// inflated bytes, checking size and text as they come out.
+func (c *Conn) inflateMessage() error {
+	rd := c.rd
+	var v *utf8.Validator
+	if rd.op == OpText && !c.cfg.SkipUTF8Validation {
+		v = &rd.utf8
+	}
+	limit := c.cfg.maxMessageSize()
+	if t := int64(c.cfg.StreamThreshold); t > 0 && t < limit {
+		limit = t // past it, the message is streamed instead
+	}
+	rd.msg = bufpool.Grow(rd.msg, rd.n+len(deflate.Tail))
+	copy((*rd.msg)[rd.n:], deflate.Tail)
+	out, n, err := c.deflate.Inflate((*rd.msg)[:rd.n+len(deflate.Tail)], limit, v)
+	if err != nil {
+		return inflateError(err)
+	}
+	bufpool.Put(rd.msg)
+	rd.msg, rd.n = out, n
+	return nil
+}
+
+// dispatch hands a message to OnMessage, on the read goroutine or, with
+// Options.Parallel, on a short-lived goroutine.
+func (c *Conn) dispatch(m *Message) {
+	if c.parallel == nil {
+		c.rd.called = true
+		c.handler.OnMessage(c, m)
+		c.rd.recycle(m)
+		return
+	}
+	c.parallel <- struct{}{}
+	c.inflight.Add(1)
+	go func() {
+		defer func() {
+			<-c.parallel
+			c.inflight.Done()
+		}()
+		if !c.cfg.DisableRecovery {
+			defer func() {
+				if p := recover(); p != nil {
+					err := c.recovered(p)
+					// Not on the read goroutine: no linger, which reads.
+					c.writeCloseFrame(StatusInternalError, "")
+					c.abort(err)
+				}
+			}()
+		}
+		c.handler.OnMessage(c, m)
+	}()
+}

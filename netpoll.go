@@ -267,18 +267,17 @@ func (lc *loopConn) write(p []byte, try bool) (int, error) {
 // tlsLoop is the transport of a TLS connection in netpoll mode: crypto/tls
 // over the netpoll.Under it was made over, moved to gust's socket, which
 // reads without waiting and keeps what the socket does not take.
-type tlsLoop Conn
+type tlsLoop struct{ tlsTransport }
 
-func (t *tlsLoop) direct() bool   { return true }
-func (t *tlsLoop) inRecord() bool { return netpoll.UnderOf(t.conn).InRecord() }
+func (t *tlsLoop) direct() bool { return true }
 
 func (t *tlsLoop) read(dst []byte, try bool) (buf *[]byte, n int, again bool, err error) {
-	c := (*Conn)(t)
+	c := t.c
 	if dst == nil {
 		buf = bufpool.Get(c.cfg.idleReadSize())
 		dst = *buf
 	}
-	if n, again, err = netpoll.UnderOf(c.conn).ReadThrough(c.conn, dst, try); n == 0 {
+	if n, again, err = t.u.ReadThrough(c.conn, dst, try); n == 0 {
 		bufpool.Put(buf)
 		return nil, 0, again, err
 	}
@@ -289,9 +288,8 @@ func (t *tlsLoop) read(dst []byte, try bool) (buf *[]byte, n int, again bool, er
 // records the socket did not take whole stay in the Under: an empty
 // backlog says so, and the goroutine that writes it writes them first.
 func (t *tlsLoop) write(p []byte, try bool) (int, error) {
-	c := (*Conn)(t)
-	s := c.sock()
-	u := netpoll.UnderOf(c.conn)
+	c, u := t.c, t.u
+	s := u.Sock()
 	n, armed, err := u.WriteThrough(c.conn, p, try, func() bool { return c.wr.armTimeout(s, c.cfg.WriteTimeout) })
 	if armed {
 		s.SetWriteDeadline(c.wr.deadline())
@@ -306,9 +304,9 @@ func (t *tlsLoop) write(p []byte, try bool) (int, error) {
 // in flight (the write lock is held), which may wait on a full socket:
 // then the socket is cut, as crypto/tls's Close does for its own writes.
 func (t *tlsLoop) close() {
-	c := (*Conn)(t)
+	c := t.c
 	if !c.wr.mu.TryLock() {
-		netpoll.UnderOf(c.conn).Close()
+		t.u.Close()
 		return
 	}
 	defer c.wr.mu.Unlock()

@@ -52,23 +52,24 @@ func (c *Conn) chooseTransport() transport {
 	if c.server && netpoll.LimitUnsent(c.conn, unsentLimit) {
 		c.wr.unsent = unsentShift
 	}
-	u := netpoll.UnderOf(c.conn)
-	if u != nil {
-		u.SetBounder((*recordBound)(c)) // before adopt: a loop may read c at once
+	var tl *tlsLoop // TLS over an Under: its transport either way, made first
+	if u := netpoll.UnderOf(c.conn); u != nil {
+		tl = &tlsLoop{tlsTransport{netConnTransport: netConnTransport{c: c}, u: u}}
+		u.SetBounder(&tl.tlsTransport) // before adopt: a loop may read c at once
 	}
 	if c.cfg.Netpoll && (*loopConn)(c).adopt() {
-		if c.conn != c.sock() {
-			return (*tlsLoop)(c)
+		if tl != nil {
+			return tl
 		}
 		return (*loopConn)(c)
 	}
 	if t := newRawTransport(c); t != nil {
 		return t
 	}
-	if u != nil {
-		return (*tlsTransport)(c)
+	if tl != nil {
+		return &tl.tlsTransport
 	}
-	return (*netConnTransport)(c)
+	return &netConnTransport{c: c}
 }
 
 // unsentLimit is about the most a server connection's socket holds that
@@ -119,12 +120,15 @@ func (cfg *config) idleReadSize() int { return max(cfg.ReadBufferSize, minReadBu
 // netConnTransport is the transport of a connection gust cannot reach the
 // descriptor of (TLS, HTTP/2 streams, wrappers): its net.Conn's Read and
 // Write.
-type netConnTransport Conn
+type netConnTransport struct {
+	c         *Conn
+	refreshAt int64 // when the write deadline is next moved, in Unix ns; under the write lock
+}
 
 // read reads into p, waiting: it is not direct, so fill always gives it a
 // buffer (a connection that cannot wait without one keeps a small one).
 func (t *netConnTransport) read(p []byte, try bool) (*[]byte, int, bool, error) {
-	n, err := t.conn.Read(p)
+	n, err := t.c.conn.Read(p)
 	if n > 0 {
 		return nil, n, false, nil // an error comes again at the next read
 	}
@@ -137,17 +141,17 @@ func (t *netConnTransport) read(p []byte, try bool) (*[]byte, int, bool, error) 
 // progress fails after 0.75 to 1 times the timeout, and a busy connection
 // pays for one deadline change every few seconds, not one per write.
 func (t *netConnTransport) write(p []byte, try bool) (int, error) {
-	c := (*Conn)(t)
+	c := t.c
 	w := &c.wr
 	if d := c.cfg.WriteTimeout; d > 0 {
-		if now := time.Now(); w.userChanged.Load() || now.UnixNano() >= w.refreshAt {
+		if now := time.Now(); w.userChanged.Load() || now.UnixNano() >= t.refreshAt {
 			w.userChanged.Store(false)
 			dl := now.Add(d)
 			if u := w.userDeadline.Load(); u != 0 && u < dl.UnixNano() {
 				dl = time.Unix(0, u)
 			}
 			c.conn.SetWriteDeadline(dl)
-			w.refreshAt = now.Add(d / 4).UnixNano()
+			t.refreshAt = now.Add(d / 4).UnixNano()
 		}
 	}
 	return c.conn.Write(p)
@@ -159,30 +163,26 @@ func (t *netConnTransport) inRecord() bool { return false }
 // tlsTransport is the transport of a TLS connection gust made over a
 // netpoll.Under (Server.ServeTLS, Dial) in goroutine mode: netConnTransport's,
 // with reads through the Under, which follows crypto/tls's records and
-// bounds a read in the middle of one (recordBound).
-type tlsTransport Conn
+// bounds a read in the middle of one (BoundRead).
+type tlsTransport struct {
+	netConnTransport
+	u *netpoll.Under
+}
 
 func (t *tlsTransport) read(p []byte, try bool) (*[]byte, int, bool, error) {
-	c := (*Conn)(t)
-	n, _, err := netpoll.UnderOf(c.conn).ReadThrough(c.conn, p, false)
+	n, _, err := t.u.ReadThrough(t.c.conn, p, false)
 	return nil, n, false, err
 }
 
-func (t *tlsTransport) write(p []byte, try bool) (int, error) {
-	return (*netConnTransport)(t).write(p, try)
-}
-
 func (t *tlsTransport) direct() bool   { return false }
-func (t *tlsTransport) inRecord() bool { return netpoll.UnderOf(t.conn).InRecord() }
+func (t *tlsTransport) inRecord() bool { return t.u.InRecord() }
 
-// recordBound is a Conn as the netpoll.Under its TLS was made over sees it
-// (netpoll.Bounder): before each read crypto/tls makes of the connection,
-// the record in progress, if any, gets the bound of a message in progress
+// BoundRead is called by the Under (netpoll.Bounder) before each read
+// crypto/tls makes of the connection, in either mode: the record in
+// progress, if any, gets the bound of a message in progress
 // (boundMessage), which in goroutine mode sets the read deadline for the
 // wait inside crypto/tls's Read, and on a loop is kept for the park.
-type recordBound Conn
-
-func (b *recordBound) BoundRead() error { return (*Conn)(b).boundMessage() }
+func (t *tlsTransport) BoundRead() error { return t.c.boundMessage() }
 
 // armTimeout sets nc's write deadline before a direct write waits: d
 // (WriteTimeout) from now, or SetWriteDeadline's deadline when it comes

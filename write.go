@@ -30,9 +30,8 @@ type writeState struct {
 	out        atomic.Pointer[outbox] // made by the first message queued (Conn.box); its own lock: queueing never waits for the socket
 	maskSource *maskSource            // a client's, made by its first frame
 
-	// The write timeout: the socket's write deadline is moved forward at
-	// most every quarter of Options.WriteTimeout, not at every write.
-	refreshAt    int64        // when the deadline is next moved, in Unix nanoseconds
+	// SetWriteDeadline's deadline, which the transport keeps to when it
+	// arms the write timeout.
 	userDeadline atomic.Int64 // Unix ns of SetWriteDeadline's deadline; 0 for none
 	userChanged  atomic.Bool  // SetWriteDeadline was called since the last move
 
@@ -383,4 +382,85 @@ func (c *Conn) batchLocked(write func()) error {
 	}
 	c.deflate.EndBatch()
 	return c.flushLocked()
+}
+
+// Corking: writes made while the read goroutine dispatches what one read
+// brought (from its callbacks, or from other goroutines meanwhile) are
+// appended to the write buffer and reach the socket together, in one system
+// call, before the next read waits (uncork), instead of one each.
+
+// cork makes writes append to the cork buffer; the read goroutine calls it
+// when it starts dispatching freshly read bytes. early asks for an early
+// flush of the batch (drainedBatch).
+//
+// On an event loop it also makes every write not wait (netWriteBacklog).
+// It never waits for the write lock there: a goroutine holding it may be
+// waiting for the socket, so it reports false, and the loop hands the
+// connection, and the bytes it read, to a goroutine instead (handOff).
+func (c *Conn) cork(early bool) bool {
+	loop := c.rd.loop
+	if c.parallel != nil && !loop {
+		return true
+	}
+	if !loop {
+		c.wr.mu.Lock()
+	} else if !c.wr.mu.TryLock() {
+		return false
+	}
+	if c.parallel == nil {
+		c.wr.corked = true
+		c.wr.early = early
+	}
+	c.wr.noWait = loop
+	c.wr.mu.Unlock()
+	c.rd.uncorkDue = true
+	return true
+}
+
+// uncork flushes what was corked; the read goroutine calls it before each
+// blocking read. On an event loop, what the socket does not take stays in
+// the backlog, and the connection goes to a goroutine that writes it
+// (handOff).
+func (c *Conn) uncork() (yield, error) {
+	if !c.rd.uncorkDue {
+		return goOn, nil
+	}
+	if !c.rd.loop {
+		c.wr.mu.Lock()
+	} else if !c.wr.mu.TryLock() {
+		return handOff, nil // stays corked: the goroutine flushes
+	}
+	c.rd.uncorkDue = false
+	c.wr.corked, c.wr.early = false, false
+	c.deflate.EndBatch()
+	err := c.flushLocked()
+	c.wr.noWait = false
+	if err == nil && !c.rd.loop {
+		err = c.writeFailed(c.writeBacklogLocked())
+	}
+	backlog := c.wr.backlog != nil
+	c.wr.mu.Unlock()
+	if err == nil && backlog {
+		return handOff, nil
+	}
+	return goOn, err
+}
+
+// earlyFlushSize is how much a batch corks before its first flush when the
+// read that brought it drained the socket and was large (earlyFlushBatch).
+// The peer then sent all it could and waits for answers: a first part sent
+// early lets it work while the rest of the batch is dispatched, instead of
+// each side idling while the other handles a whole batch. A read that
+// filled the buffer means more bytes are waiting, so the server is the one
+// behind, and a small batch is answered soon anyway: those go out in one
+// write. The cost is one write per earlyFlushBatch bytes read at most.
+const (
+	earlyFlushSize  = 16 << 10
+	earlyFlushBatch = 40 << 10
+)
+
+// drainedBatch reports whether a read of n bytes into a buffer of size
+// bytes calls for an early flush (earlyFlushSize).
+func drainedBatch(n, size int) bool {
+	return n < size && n >= earlyFlushBatch
 }
