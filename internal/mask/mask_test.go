@@ -30,7 +30,7 @@ func TestApplyMatchesNaive(t *testing.T) {
 	t.Parallel()
 	r := rand.New(rand.NewPCG(1, 2))
 	key := [4]byte{0x37, 0xfa, 0x21, 0x3d}
-	for n := 0; n <= 100; n++ {
+	for n := 0; n <= 300; n++ { // past several of the 64-byte blocks, with every tail
 		for pos := 0; pos < 4; pos++ {
 			src := randBytes(r, n)
 			want := make([]byte, n)
@@ -117,7 +117,7 @@ func TestApplyNoAllocs(t *testing.T) {
 	require.Zero(t, allocs)
 }
 
-var benchSizes = []int{16, 300, 1024, 64 << 10}
+var benchSizes = []int{16, 300, 1024, 64 << 10, 1 << 20}
 
 func BenchmarkApply(b *testing.B) {
 	key := [4]byte{0x37, 0xfa, 0x21, 0x3d}

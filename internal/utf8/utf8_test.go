@@ -262,6 +262,26 @@ func TestValidatorNoAllocs(t *testing.T) {
 	require.Zero(t, allocs)
 }
 
+// TestValidatorASCIIRuns: long ASCII runs (the 64-byte blocks of
+// asciiRun) with one byte that is not ASCII, valid or not, at each place,
+// agree with unicode/utf8, fed whole and in two pieces.
+func TestValidatorASCIIRuns(t *testing.T) {
+	t.Parallel()
+	for _, odd := range [][]byte{{0xff}, {0x80}, {0xc3, 0xa9}, {0xe2, 0x82, 0xac}, {0xe2, 0x82}} {
+		for n := 60; n <= 300; n += 7 {
+			for at := 0; at <= n; at++ {
+				p := append(append(bytes.Repeat([]byte("a"), at), odd...), bytes.Repeat([]byte("b"), n-at)...)
+				want := utf8.Valid(p)
+				require.Equal(t, want, Valid(p), "% x at %d of %d", odd, at, n)
+				var v Validator
+				cut := (at * 7) % (len(p) + 1)
+				got := v.Feed(p[:cut]) && v.Feed(p[cut:]) && v.Complete()
+				require.Equal(t, want, got, "% x at %d of %d, cut at %d", odd, at, n, cut)
+			}
+		}
+	}
+}
+
 func benchInputs() []struct {
 	name string
 	p    []byte
@@ -271,12 +291,26 @@ func benchInputs() []struct {
 	for !utf8.Valid(mixed[:1024]) {
 		mixed = mixed[1:]
 	}
+	// JSON-like text: ASCII but for a word of Latin now and then.
+	var json []byte
+	for i := 0; len(json) < 1<<20; i++ {
+		json = fmt.Appendf(json, `{"id":%d,"user":"user-%d","note":"lorem ipsum dolor sit amet, consectetur adipiscing elit","city":"%s"},`,
+			i, i%97, []string{"Zürich", "Paris", "Kraków", "London"}[i%4])
+	}
+	for !utf8.Valid(json[:1<<20]) {
+		json = json[1:]
+	}
 	return []struct {
 		name string
 		p    []byte
 	}{
 		{"ascii1K", ascii},
 		{"mixed1K", mixed[:1024]},
+		{"ascii64K", bytes.Repeat(ascii, 64)},
+		{"ascii1M", bytes.Repeat(ascii, 1024)},
+		{"json1K", json[:1024]},
+		{"json64K", json[:64<<10]},
+		{"json1M", json[:1<<20]},
 	}
 }
 
