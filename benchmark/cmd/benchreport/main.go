@@ -84,6 +84,7 @@ var scenarios = []scenario{
 	{"l20", "19,500 connections, 1 KiB text, one in flight, 2 a second each: request/response at a fixed 39,000 msg/s, below saturation", "p99 ms", "ms",
 		func(r result) float64 { return r.LatP99Ms }, true, "gust", nil},
 	{"d", "1 connection, 1 MiB binary, 4 in flight", "MB/s", "MB/s", func(r result) float64 { return r.MBPerSec }, false, "", nil},
+	{"dt", "1 connection, 1 MiB text (UTF-8 validated), 4 in flight", "MB/s", "MB/s", func(r result) float64 { return r.MBPerSec }, false, "", nil},
 	{"e", "10,000 idle connections after the handshake", "heap KiB per connection", "KiB", func(r result) float64 { return r.HeapPerConn }, true, "", nil},
 	{"et", "10,000 idle TLS connections after the handshake", "heap KiB per connection", "KiB", func(r result) float64 { return r.HeapPerConn }, true, "gust-tls", nil},
 	{"f", "request/response, 600 in flight over 4 connections, 1 KiB (sockety-style QPS)", "QPS", "QPS", func(r result) float64 { return r.MsgPerSec }, false, "", nil},
@@ -377,7 +378,7 @@ func table(sc scenario, names []string, aggs map[string]*agg) string {
 		cols = []col{main, xg, xb, cpuPerM, allocs, p50, p99}
 	case "c", "c5", "c20":
 		cols = []col{main, xg, xr, xb, cpuPerM, allocs, p50, p99}
-	case "d":
+	case "d", "dt":
 		cpuPerGB := col{"server CPU s / GB", func(a *agg) string {
 			if !a.ok() {
 				return "—"
