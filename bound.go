@@ -62,7 +62,7 @@ func (c *Conn) boundMessage() error {
 		return messageTimeout(c.cfg.MessageTimeout)
 	}
 	rd := c.rd
-	if !rd.armed && c.sock() == nil {
+	if !rd.armed && !c.polled {
 		dl := time.Now().Add(left)
 		if u := rd.readDL.Load(); u != 0 && u < dl.UnixNano() {
 			dl = time.Unix(0, u)
@@ -80,7 +80,7 @@ func (c *Conn) boundMessage() error {
 // nil: the caller reads again.
 func (c *Conn) overdue(err error) error {
 	rd := c.rd
-	if !rd.armed || !errors.Is(err, os.ErrDeadlineExceeded) || c.sock() != nil {
+	if !rd.armed || !errors.Is(err, os.ErrDeadlineExceeded) || c.polled {
 		return err
 	}
 	if left, ok := c.messageLeft(); ok && left <= 0 {

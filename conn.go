@@ -35,6 +35,7 @@ type Conn struct {
 	cfg         *config
 	handler     Event
 	server      bool
+	polled      bool // an event loop serves it (netpoll mode); set by attach
 	subprotocol string
 	values      atomic.Pointer[values] // Set's, made by the first
 	deflate     *deflate.State         // nil unless permessage-deflate was negotiated
@@ -208,7 +209,7 @@ func (c *Conn) LocalAddr() net.Addr {
 // goroutine mode, which is also where a connection Options.Netpoll could
 // not move to a loop stays (TLS gust did not make, HTTP/2, the descriptor
 // limit; see Metrics for how that is reported).
-func (c *Conn) Netpoll() bool { return c.sock() != nil }
+func (c *Conn) Netpoll() bool { return c.polled }
 
 // Compressed reports whether permessage-deflate was negotiated.
 func (c *Conn) Compressed() bool { return c.deflate != nil }
@@ -236,7 +237,7 @@ func (c *Conn) SetReadDeadline(t time.Time) error {
 // setReadDeadline sets the socket's read deadline, and in netpoll mode
 // wakes the connection at t if it is parked then.
 func (c *Conn) setReadDeadline(t time.Time) error {
-	if c.sock() == nil {
+	if !c.polled {
 		var u int64
 		if !t.IsZero() {
 			u = t.UnixNano()

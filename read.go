@@ -407,5 +407,5 @@ func (c *Conn) readSome(dst []byte) (int, yield, error) {
 // on any goroutine, except for a streamed message, whose handler reads
 // from its callback.
 func (c *Conn) mayPark() bool {
-	return c.rd.loop || (!c.rd.userReads && c.sock() != nil)
+	return c.rd.loop || (!c.rd.userReads && c.polled)
 }

@@ -57,11 +57,15 @@ func (c *Conn) chooseTransport() transport {
 		tl = &tlsLoop{tlsTransport{netConnTransport: netConnTransport{c: c}, u: u}}
 		u.SetBounder(&tl.tlsTransport) // before adopt: a loop may read c at once
 	}
-	if c.cfg.Netpoll && (*loopConn)(c).adopt() {
-		if tl != nil {
-			return tl
+	if c.cfg.Netpoll {
+		c.polled = true // before adopt: a loop may serve c at once
+		if (*loopConn)(c).adopt() {
+			if tl != nil {
+				return tl
+			}
+			return (*loopConn)(c)
 		}
-		return (*loopConn)(c)
+		c.polled = false // goroutine mode after all: no loop has it
 	}
 	if t := newRawTransport(c); t != nil {
 		return t
