@@ -14,32 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gustws/gust/hub"
+	"github.com/gustws/gust/internal/testkit"
 )
-
-// recorder collects a watcher's events.
-type recorder struct {
-	mu     sync.Mutex
-	events []hub.PresenceEvent
-}
-
-func (r *recorder) add(ev hub.PresenceEvent) {
-	r.mu.Lock()
-	r.events = append(r.events, ev)
-	r.mu.Unlock()
-}
-
-func (r *recorder) get() []hub.PresenceEvent {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]hub.PresenceEvent(nil), r.events...)
-}
-
-// waitEvents waits until r has n events and returns them.
-func (r *recorder) waitEvents(t *testing.T, n int) []hub.PresenceEvent {
-	t.Helper()
-	waitFor(t, fmt.Sprintf("%d presence events", n), 5*time.Second, func() bool { return len(r.get()) >= n })
-	return r.get()
-}
 
 func joined(topic, member string) hub.PresenceEvent {
 	return hub.PresenceEvent{Topic: topic, Member: member, Joined: true}
@@ -53,8 +29,8 @@ func left(topic, member string) hub.PresenceEvent {
 // last leave only; Members is sorted and per topic.
 func TestLocalPresenceCounts(t *testing.T) {
 	var p hub.LocalPresence
-	var r recorder
-	stop, err := p.Watch("room", r.add)
+	var r testkit.Recorder[hub.PresenceEvent]
+	stop, err := p.Watch("room", r.Add)
 	require.NoError(t, err)
 	defer stop()
 
@@ -76,9 +52,9 @@ func TestLocalPresenceCounts(t *testing.T) {
 	require.NoError(t, p.Join("room", "ann"))
 
 	want := []hub.PresenceEvent{joined("room", "carol"), joined("room", "ann"), left("room", "ann"), joined("room", "ann")}
-	require.Equal(t, want, r.waitEvents(t, len(want)))
+	require.Equal(t, want, r.Wait(t, len(want)))
 	time.Sleep(20 * time.Millisecond) // an extra event would show now
-	require.Equal(t, want, r.get())
+	require.Equal(t, want, r.Get())
 }
 
 // A watcher hears of the changes made after Watch, not of those before,
@@ -87,9 +63,9 @@ func TestLocalPresenceCounts(t *testing.T) {
 func TestLocalPresenceWatch(t *testing.T) {
 	p := hub.NewLocalPresence()
 	block := make(chan struct{})
-	var first recorder
+	var first testkit.Recorder[hub.PresenceEvent]
 	stop1, err := p.Watch("room", func(ev hub.PresenceEvent) {
-		first.add(ev)
+		first.Add(ev)
 		if ev.Member == "ann" {
 			<-block // hold the queue: bob's join waits behind it
 		}
@@ -98,11 +74,11 @@ func TestLocalPresenceWatch(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, p.Join("room", "ann"))
 	require.NoError(t, p.Join("room", "bob"))
-	waitFor(t, "ann's join to be told", 5*time.Second, func() bool { return len(first.get()) == 1 })
+	waitFor(t, "ann's join to be told", 5*time.Second, func() bool { return len(first.Get()) == 1 })
 
-	var second recorder
+	var second testkit.Recorder[hub.PresenceEvent]
 	stop2, err := p.Watch("room", func(ev hub.PresenceEvent) {
-		second.add(ev)
+		second.Add(ev)
 		if ev.Member == "carol" {
 			assert.NoError(t, p.Join("room", "dave")) // and change it
 		}
@@ -111,26 +87,26 @@ func TestLocalPresenceWatch(t *testing.T) {
 	require.NoError(t, p.Join("room", "carol"))
 	close(block)
 	want := []hub.PresenceEvent{joined("room", "ann"), joined("room", "bob"), joined("room", "carol"), joined("room", "dave")}
-	require.Equal(t, want, first.waitEvents(t, 4))
-	require.Equal(t, want[2:], second.waitEvents(t, 2))
+	require.Equal(t, want, first.Wait(t, 4))
+	require.Equal(t, want[2:], second.Wait(t, 2))
 
 	stop2()
 	stop2() // a second stop does nothing
 	require.NoError(t, p.Leave("room", "dave"))
-	require.Equal(t, left("room", "dave"), first.waitEvents(t, 5)[4])
+	require.Equal(t, left("room", "dave"), first.Wait(t, 5)[4])
 	stop1()
 	require.NoError(t, p.Leave("room", "carol"))
 	time.Sleep(20 * time.Millisecond)
-	require.Len(t, first.get(), 5)
-	require.Len(t, second.get(), 2)
+	require.Len(t, first.Get(), 5)
+	require.Len(t, second.Get(), 2)
 }
 
 // Concurrent joins and leaves: each member's events alternate, starting
 // with a join, and replaying them gives Members.
 func TestLocalPresenceConcurrent(t *testing.T) {
 	var p hub.LocalPresence
-	var r recorder
-	stop, err := p.Watch("room", r.add)
+	var r testkit.Recorder[hub.PresenceEvent]
+	stop, err := p.Watch("room", r.Add)
 	require.NoError(t, err)
 	defer stop()
 	var wg sync.WaitGroup
@@ -154,7 +130,7 @@ func TestLocalPresenceConcurrent(t *testing.T) {
 	in := map[string]bool{}
 	waitFor(t, "the events to settle", 5*time.Second, func() bool {
 		clear(in)
-		for _, ev := range r.get() {
+		for _, ev := range r.Get() {
 			require.NotEqual(t, in[ev.Member], ev.Joined, "%s: two events of one kind in a row", ev.Member)
 			in[ev.Member] = ev.Joined
 		}
@@ -173,19 +149,19 @@ func TestLocalPresenceConcurrent(t *testing.T) {
 
 func TestLocalPresenceClose(t *testing.T) {
 	var p hub.LocalPresence
-	var r recorder
-	_, err := p.Watch("room", r.add)
+	var r testkit.Recorder[hub.PresenceEvent]
+	_, err := p.Watch("room", r.Add)
 	require.NoError(t, err)
 	require.NoError(t, p.Join("room", "ann"))
-	r.waitEvents(t, 1)
+	r.Wait(t, 1)
 	require.NoError(t, p.Close())
 	require.ErrorIs(t, p.Join("room", "bob"), hub.ErrClosed)
 	require.ErrorIs(t, p.Leave("room", "ann"), hub.ErrClosed)
-	_, err = p.Watch("room", r.add)
+	_, err = p.Watch("room", r.Add)
 	require.ErrorIs(t, err, hub.ErrClosed)
 	require.Empty(t, p.Members(nil, "room"))
 	require.NoError(t, p.Close())
-	require.Len(t, r.get(), 1)
+	require.Len(t, r.Get(), 1)
 }
 
 // A chat room on one process: two tabs of ann count once; the watcher (a

@@ -57,12 +57,12 @@ func TestPresenceFrozenPastExpiry(t *testing.T) {
 	require.NoError(t, x.p.Join("room", "xena"))
 	a.members(t, "room", "al", "xavier", "xena")
 	x.members(t, "room", "al", "xavier", "xena")
-	a.events.wait(t, 3)
-	x.events.wait(t, 3)
+	a.events.Wait(t, 3)
+	x.events.Wait(t, 3)
 
 	thaw := x.freeze()
 	a.members(t, "room", "al") // dropped after Expiry, with a leave each
-	require.ElementsMatch(t, []hub.PresenceEvent{leaveEv("room", "xavier"), leaveEv("room", "xena")}, a.events.wait(t, 5)[3:])
+	require.ElementsMatch(t, []hub.PresenceEvent{leaveEv("room", "xavier"), leaveEv("room", "xena")}, a.events.Wait(t, 5)[3:])
 	woke := time.Now()
 	thaw()
 
@@ -79,7 +79,7 @@ func TestPresenceFrozenPastExpiry(t *testing.T) {
 	back := time.Since(woke)
 	require.NoError(t, x.p.Leave("room", "xo")) // after the answer: a has seen all before it once it sees this
 	a.members(t, "room", "al", "xavier")
-	require.Equal(t, []hub.PresenceEvent{joinEv("room", "xo"), joinEv("room", "xavier"), leaveEv("room", "xo")}, a.events.get()[5:],
+	require.Equal(t, []hub.PresenceEvent{joinEv("room", "xo"), joinEv("room", "xavier"), leaveEv("room", "xo")}, a.events.Get()[5:],
 		"no join for xena, who left while x was stopped; xo told at once")
 	require.GreaterOrEqual(t, back, grace, "xavier came back after the grace")
 
@@ -87,7 +87,7 @@ func TestPresenceFrozenPastExpiry(t *testing.T) {
 	// view (a drop and a's answer would be in x's events before ada).
 	require.NoError(t, a.p.Join("room", "ada"))
 	x.members(t, "room", "ada", "al", "xavier")
-	require.Equal(t, []hub.PresenceEvent{leaveEv("room", "xena"), joinEv("room", "xo"), leaveEv("room", "xo"), joinEv("room", "ada")}, x.events.wait(t, 7)[3:])
+	require.Equal(t, []hub.PresenceEvent{leaveEv("room", "xena"), joinEv("room", "xo"), leaveEv("room", "xo"), joinEv("room", "ada")}, x.events.Wait(t, 7)[3:])
 }
 
 // caughtUp credits the time the goroutine ran late, past half lateLimit,

@@ -106,10 +106,10 @@ func TestPresenceSIGKILL(t *testing.T) {
 	t.Logf("the killed instance's members left %v after SIGKILL (Expiry %v)", took, testExpiry)
 	require.Less(t, took, testExpiry+2*testHeartbeat, "within Expiry of the last heartbeat")
 	want := []hub.PresenceEvent{leaveEv("room", "kid1"), leaveEv("room", "kid2"), leaveEv("other", "kid3")}
-	require.ElementsMatch(t, want, a.events.wait(t, 7)[4:])
+	require.ElementsMatch(t, want, a.events.Wait(t, 7)[4:])
 	// No ghost comes back.
 	time.Sleep(2 * testExpiry)
 	require.Equal(t, []string{"ann"}, a.p.Members(nil, "room"))
 	require.Empty(t, a.p.Members(nil, "other"))
-	require.Len(t, a.events.get(), 7)
+	require.Len(t, a.events.Get(), 7)
 }

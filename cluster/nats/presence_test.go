@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gustws/gust/hub"
+	"github.com/gustws/gust/internal/testkit"
 )
 
 // Test timings: an instance unheard for 600 ms is dropped.
@@ -30,7 +31,7 @@ type instance struct {
 	nc     *nats.Conn
 	p      *Presence
 	dialer *partitionDialer
-	events *recorder
+	events *testkit.Recorder[hub.PresenceEvent]
 }
 
 type instanceOpts struct {
@@ -45,7 +46,7 @@ func newInstance(t *testing.T, name, url string, o *instanceOpts) *instance {
 	if o == nil {
 		o = &instanceOpts{}
 	}
-	in := &instance{name: name, dialer: &partitionDialer{}, events: &recorder{}}
+	in := &instance{name: name, dialer: &partitionDialer{}, events: &testkit.Recorder[hub.PresenceEvent]{}}
 	nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond),
 		nats.ReconnectJitter(0, 0), nats.SetCustomDialer(in.dialer))
 	require.NoError(t, err)
@@ -60,7 +61,7 @@ func newInstance(t *testing.T, name, url string, o *instanceOpts) *instance {
 	require.NoError(t, err)
 	t.Cleanup(func() { in.p.Close() })
 	for _, topic := range o.watch {
-		_, err := in.p.Watch(topic, in.events.add)
+		_, err := in.p.Watch(topic, in.events.Add)
 		require.NoError(t, err)
 	}
 	return in
@@ -100,31 +101,6 @@ func (in *instance) holds(t *testing.T, other *instance, topic, member string) {
 	})
 }
 
-// recorder collects a watcher's events.
-type recorder struct {
-	mu     sync.Mutex
-	events []hub.PresenceEvent
-}
-
-func (r *recorder) add(ev hub.PresenceEvent) {
-	r.mu.Lock()
-	r.events = append(r.events, ev)
-	r.mu.Unlock()
-}
-
-func (r *recorder) get() []hub.PresenceEvent {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.events)
-}
-
-// wait waits for r to hold n events and returns them.
-func (r *recorder) wait(t *testing.T, n int) []hub.PresenceEvent {
-	t.Helper()
-	waitFor(t, fmt.Sprintf("%d events", n), func() bool { return len(r.get()) >= n })
-	return r.get()
-}
-
 func joinEv(topic, member string) hub.PresenceEvent {
 	return hub.PresenceEvent{Topic: topic, Member: member, Joined: true}
 }
@@ -148,18 +124,18 @@ func TestPresenceAcrossInstances(t *testing.T) {
 	require.NoError(t, b.p.Join("other", "bob"))            // nobody else follows it
 	for _, in := range []*instance{a, b, c} {
 		in.members(t, "room", "ann", "bob")
-		require.ElementsMatch(t, []hub.PresenceEvent{joinEv("room", "ann"), joinEv("room", "bob")}, in.events.wait(t, 2), in.name)
+		require.ElementsMatch(t, []hub.PresenceEvent{joinEv("room", "ann"), joinEv("room", "bob")}, in.events.Wait(t, 2), in.name)
 	}
 	require.Empty(t, c.p.Members(nil, "other"), "c does not follow other")
 
 	require.NoError(t, a.p.Leave("room", "ann"))
 	for _, in := range []*instance{a, b, c} {
 		in.members(t, "room", "bob")
-		require.Equal(t, leaveEv("room", "ann"), in.events.wait(t, 3)[2], in.name)
+		require.Equal(t, leaveEv("room", "ann"), in.events.Wait(t, 3)[2], in.name)
 	}
 	time.Sleep(50 * time.Millisecond) // an extra event would show now
 	for _, in := range []*instance{a, b, c} {
-		require.Len(t, in.events.get(), 3, in.name)
+		require.Len(t, in.events.Get(), 3, in.name)
 	}
 }
 
@@ -197,7 +173,7 @@ func TestPresenceMemberOnTwoInstances(t *testing.T) {
 	require.NoError(t, a.p.Join("room", "a-end"))
 	require.NoError(t, b.p.Join("room", "b-end"))
 	c.members(t, "room", "a-end", "b-end")
-	ev := c.events.wait(t, 4)
+	ev := c.events.Wait(t, 4)
 	require.Equal(t, []hub.PresenceEvent{joinEv("room", "ann"), leaveEv("room", "ann")}, ev[:2])
 	require.ElementsMatch(t, []hub.PresenceEvent{joinEv("room", "a-end"), joinEv("room", "b-end")}, ev[2:])
 }
@@ -229,17 +205,17 @@ func TestPresenceSnapshotForLateFollower(t *testing.T) {
 	require.Less(t, time.Since(start), 200*time.Millisecond, "every instance answered: no need to wait for the timeout")
 	require.Equal(t, []string{"ann", "bob", "carol"}, d.p.Members(nil, "room"))
 
-	var r recorder
-	stop, err := d.p.Watch("other", r.add)
+	var r testkit.Recorder[hub.PresenceEvent]
+	stop, err := d.p.Watch("other", r.Add)
 	require.NoError(t, err)
 	defer stop()
 	require.Equal(t, []string{"dave"}, d.p.Members(nil, "other"))
-	_, err = d.p.Watch("big", r.add)
+	_, err = d.p.Watch("big", r.Add)
 	require.NoError(t, err)
 	require.Equal(t, many, d.p.Members(nil, "big"))
 
 	require.NoError(t, a.p.Join("other", "erin"))
-	require.Equal(t, []hub.PresenceEvent{joinEv("other", "erin")}, r.wait(t, 1), "dave was there before Watch")
+	require.Equal(t, []hub.PresenceEvent{joinEv("other", "erin")}, r.Wait(t, 1), "dave was there before Watch")
 	a.members(t, "room", "ann", "bob", "carol")
 
 	// A fresh instance's first Join waits for the others it has not heard
@@ -265,7 +241,7 @@ func TestPresenceClose(t *testing.T) {
 	require.NoError(t, a.p.Close())
 	b.members(t, "room")
 	require.Less(t, time.Since(start), 2*time.Second)
-	require.ElementsMatch(t, []hub.PresenceEvent{leaveEv("room", "amy"), leaveEv("room", "ann")}, b.events.wait(t, 4)[2:])
+	require.ElementsMatch(t, []hub.PresenceEvent{leaveEv("room", "amy"), leaveEv("room", "ann")}, b.events.Wait(t, 4)[2:])
 
 	require.ErrorIs(t, a.p.Join("room", "x"), hub.ErrClosed)
 	require.ErrorIs(t, a.p.Leave("room", "ann"), hub.ErrClosed)
@@ -397,7 +373,7 @@ func TestPresenceExpiryOnPartition(t *testing.T) {
 	took := time.Since(cut)
 	require.Less(t, took, testExpiry+2*testHeartbeat, "dropped within Expiry of x's last heartbeat")
 	require.Greater(t, took, testExpiry-2*testHeartbeat, "not before Expiry")
-	require.ElementsMatch(t, []hub.PresenceEvent{leaveEv("room", "xavier"), leaveEv("room", "xena")}, a.events.wait(t, 5)[3:])
+	require.ElementsMatch(t, []hub.PresenceEvent{leaveEv("room", "xavier"), leaveEv("room", "xena")}, a.events.Wait(t, 5)[3:])
 	// x, hearing nothing, drops a's members too.
 	x.members(t, "room", "xavier", "xena")
 
@@ -434,8 +410,8 @@ func TestPresenceExpiryOnDisconnect(t *testing.T) {
 	x.members(t, "room", "ann", "xavier", "xena")
 	require.Equal(t, []hub.PresenceEvent{
 		joinEv("room", "ann"), joinEv("room", "xavier"), leaveEv("room", "xavier"),
-	}, a.events.get()[:3])
-	require.ElementsMatch(t, []hub.PresenceEvent{joinEv("room", "xavier"), joinEv("room", "xena")}, a.events.wait(t, 5)[3:])
+	}, a.events.Get()[:3])
+	require.ElementsMatch(t, []hub.PresenceEvent{joinEv("room", "xavier"), joinEv("room", "xena")}, a.events.Wait(t, 5)[3:])
 }
 
 // The NATS server restarts: every instance reconnects, asks the others

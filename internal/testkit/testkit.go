@@ -8,6 +8,7 @@ import (
 	"compress/flate"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -125,4 +126,42 @@ func (b *Buffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+// Recorder collects values that goroutines add at once (a watcher's
+// events, a callback's arguments) while the test reads them. Its zero
+// value is ready to use.
+type Recorder[T any] struct {
+	mu   sync.Mutex
+	vals []T
+}
+
+// Add records v; it fits where a func(T) is asked for (r.Add).
+func (r *Recorder[T]) Add(v T) {
+	r.mu.Lock()
+	r.vals = append(r.vals, v)
+	r.mu.Unlock()
+}
+
+// Get returns a copy of what was recorded so far.
+func (r *Recorder[T]) Get() []T {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.vals)
+}
+
+// Wait waits, up to 10 s, until r holds n values, and returns them all;
+// past that it fails t, saying what it holds.
+func (r *Recorder[T]) Wait(t testing.TB, n int) []T {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if got := r.Get(); len(got) >= n {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 10 s for %d values, have %v", n, r.Get())
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
