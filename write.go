@@ -17,6 +17,31 @@ const (
 	maxControlPayload = 125
 )
 
+// Where a connection's bytes wait. Three places, kept apart because their
+// rules differ:
+//
+//   - the cork buffer (writeState.buf): frames written while the read
+//     goroutine dispatches what one read brought, sent together before the
+//     next read waits (uncork). Bytes, under the write lock, for at most
+//     one turn; it is the cheapest of the three and holds the common case.
+//   - the backlog (writeState.backlog, backlog.go): what the socket did not
+//     take while no write could wait (an event loop dispatching). Bytes
+//     already framed (and compressed: the compressor's window has moved
+//     past them), so they can only be sent as they are, before anything
+//     else. It has no limit of its own: every byte in it came from a write
+//     its caller saw succeed, and it holds what the callbacks of one turn
+//     on the loop wrote, which a goroutine then writes, waiting, before the
+//     connection reads again.
+//   - the outbox (outbox.go): messages queued by WriteAsync and the fan-out,
+//     not framed yet, bounded by OutboxSize with a policy for the full
+//     case, written by a goroutine that waits on the socket. Not bytes:
+//     a message dropped from it must be whole, and a shared
+//     PreparedMessage is framed once for every connection.
+//
+// Merging the backlog into the outbox would frame messages twice or give
+// the outbox's policies bytes they cannot drop; merging the cork buffer into
+// either would put a lock or a queue on the path of every reply.
+
 // writeState is the write side of a Conn, guarded by mu.
 type writeState struct {
 	mu         sync.Mutex
