@@ -115,9 +115,10 @@ type chat struct {
 // connection would cost a call per member per change: when everyone
 // leaves at once, on Shutdown, the square of the room's size.)
 type room struct {
-	ch   *chat
-	stop func() // the watcher's; set under chat.roomsMu
-	n    int    // connections here in the room, under chat.roomsMu
+	ch    *chat
+	n     int           // connections here in the room, under chat.roomsMu
+	ready chan struct{} // closed once the watcher is started (enter)
+	stop  func()        // the watcher's; set before ready is closed
 
 	// mu orders a change told to the room against a member's welcome: the
 	// member reads the list, queues its welcome and becomes a listener
@@ -277,44 +278,56 @@ func (ch *chat) OnOpen(c *gust.Conn) {
 	}
 }
 
-// enter counts a connection into topic's room, which it makes, watching
-// the topic's presence, if it is the first here.
+// enter counts a connection into topic's room. The room's first connection
+// on this instance makes it and starts its watcher, outside chat.roomsMu (a
+// cluster Presence's first Watch of a topic waits for the other instances'
+// members, up to its SnapshotTimeout, and every other room's connections
+// must not wait for that); the others wait for that Watch, on the room's
+// ready.
 func (ch *chat) enter(topic string) *room {
 	ch.roomsMu.Lock()
-	defer ch.roomsMu.Unlock()
-	r := ch.rooms[topic]
-	if r == nil {
-		r = &room{ch: ch, listeners: make(map[*gust.Conn]struct{})}
-		stop, err := ch.presence.Watch(topic, func(e hub.PresenceEvent) { r.tell(e) })
-		if err != nil {
-			log.Printf("chat: watch %q: %v", topic, err)
-			stop = func() {}
-		}
-		r.stop = stop
-		if ch.rooms == nil {
-			ch.rooms = make(map[string]*room)
-		}
-		ch.rooms[topic] = r
+	if r := ch.rooms[topic]; r != nil {
+		r.n++
+		ch.roomsMu.Unlock()
+		<-r.ready
+		return r
 	}
-	r.n++
+	r := &room{ch: ch, n: 1, ready: make(chan struct{}), listeners: make(map[*gust.Conn]struct{})}
+	if ch.rooms == nil {
+		ch.rooms = make(map[string]*room)
+	}
+	ch.rooms[topic] = r
+	ch.roomsMu.Unlock()
+	stop, err := ch.presence.Watch(topic, r.tell)
+	if err != nil {
+		log.Printf("chat: watch %q: %v", topic, err)
+		stop = func() {}
+	}
+	r.stop = stop
+	close(r.ready)
 	return r
 }
 
 // leave undoes enter for c; the room's last connection here stops its
-// watcher.
+// watcher (outside chat.roomsMu, as enter starts it).
 func (ch *chat) leave(topic string, c *gust.Conn) {
 	ch.roomsMu.Lock()
-	defer ch.roomsMu.Unlock()
 	r := ch.rooms[topic]
 	if r == nil {
+		ch.roomsMu.Unlock()
 		return // never entered
 	}
 	r.mu.Lock()
 	delete(r.listeners, c)
 	r.mu.Unlock()
-	if r.n--; r.n == 0 {
-		r.stop()
+	r.n--
+	last := r.n == 0
+	if last {
 		delete(ch.rooms, topic)
+	}
+	ch.roomsMu.Unlock()
+	if last {
+		r.stop()
 	}
 }
 

@@ -93,3 +93,61 @@ func TestChatWelcomeBeforeEvents(t *testing.T) {
 		})
 	}
 }
+
+// slowWatch is a Presence whose first Watch of "slow" waits until released,
+// as a cluster Presence's first Watch of a topic waits for the other
+// instances' members.
+type slowWatch struct {
+	*hub.LocalPresence
+	entered, release chan struct{}
+}
+
+func (p *slowWatch) Watch(topic string, f func(hub.PresenceEvent)) (func(), error) {
+	if topic == "slow" {
+		close(p.entered)
+		<-p.release
+	}
+	return p.LocalPresence.Watch(topic, f)
+}
+
+// A room's first Watch that waits holds up that room's connections only: a
+// member of another room is welcomed meanwhile.
+func TestChatSlowWatchHoldsUpOneRoom(t *testing.T) {
+	h, err := hub.New(&hub.Options{Broker: hub.NewMemoryHistory(nil)})
+	require.NoError(t, err)
+	p := &slowWatch{LocalPresence: hub.NewLocalPresence(), entered: make(chan struct{}), release: make(chan struct{})}
+	ch := newChat(h, p, false)
+	defer ch.close()
+	srv := ch.server(10 * time.Second)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go srv.Serve(ln)
+	defer ch.shutdown(srv, 10*time.Second)
+	release := sync.OnceFunc(func() { close(p.release) })
+	defer release() // before the shutdown, which waits for ann's OnOpen
+
+	join := func(room, name string) *member {
+		m := &member{events: make(chan event, 16)}
+		c, _, err := gust.Dial(context.Background(), "ws://"+ln.Addr().String()+"/ws?room="+room+"&name="+name, m, nil)
+		require.NoError(t, err)
+		go c.ReadLoop()
+		t.Cleanup(func() { c.Close(gust.StatusNormalClosure, "") })
+		return m
+	}
+	welcome := func(m *member) event {
+		t.Helper()
+		select {
+		case e := <-m.events:
+			return e
+		case <-time.After(5 * time.Second):
+			t.Fatal("no welcome")
+			return event{}
+		}
+	}
+	ann := join("slow", "ann")
+	<-p.entered
+	bob := join("fast", "bob")
+	require.Equal(t, "welcome", welcome(bob).Type, "bob waited for another room's Watch")
+	release()
+	require.Equal(t, "welcome", welcome(ann).Type)
+}
