@@ -338,12 +338,11 @@ func (r *room) tell(e hub.PresenceEvent) {
 	if r.ch.stopping.Load() {
 		return
 	}
-	ev := event{Type: "leave", Room: e.Topic, Name: e.Member, Time: time.Now().UnixMilli()}
+	ev := event{Type: "leave", Room: e.Topic, Name: e.Member}
 	if e.Joined {
 		ev.Type = "join"
 	}
-	b, _ := json.Marshal(ev)
-	pm, _ := gust.NewPreparedMessage(gust.OpText, b) // an OpText message cannot fail
+	pm, _ := gust.NewPreparedMessage(gust.OpText, ev.json()) // an OpText message cannot fail
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for c := range r.listeners {
@@ -407,9 +406,14 @@ func (ch *chat) OnClose(c *gust.Conn, err error) {
 // sendAsync queues e in c's outbox, where it stays in order with the
 // presence events (room.tell).
 func (ch *chat) sendAsync(c *gust.Conn, e event) {
+	c.WriteAsync(gust.OpText, e.json(), nil) // a full outbox closes a slow member
+}
+
+// json returns e as the page receives it, stamped with the time now.
+func (e event) json() []byte {
 	e.Time = time.Now().UnixMilli()
 	b, _ := json.Marshal(e)
-	c.WriteAsync(gust.OpText, b, nil) // a full outbox closes a slow member
+	return b
 }
 
 func main() {

@@ -54,6 +54,22 @@ func (p *lateSnapshot) Members(dst []string, topic string) []string {
 	return dst
 }
 
+// serveChat serves ch on a loopback port until the test and its cleanups
+// registered earlier are done, then shuts it down and closes it; it
+// returns the address.
+func serveChat(t *testing.T, ch *chat) string {
+	t.Helper()
+	srv := ch.server(10 * time.Second)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go srv.Serve(ln)
+	t.Cleanup(func() {
+		ch.shutdown(srv, 10*time.Second)
+		ch.close()
+	})
+	return ln.Addr().String()
+}
+
 // The welcome reaches the page before a change told after its member list
 // was read, and the change reaches it, in both modes: the page applies the
 // event to the snapshot, never the snapshot over the event.
@@ -62,16 +78,10 @@ func TestChatWelcomeBeforeEvents(t *testing.T) {
 		t.Run(map[bool]string{false: "goroutine", true: "netpoll"}[netpoll], func(t *testing.T) {
 			h, err := hub.New(&hub.Options{Broker: hub.NewMemoryHistory(nil)})
 			require.NoError(t, err)
-			ch := newChat(h, &lateSnapshot{LocalPresence: hub.NewLocalPresence()}, netpoll)
-			defer ch.close()
-			srv := ch.server(10 * time.Second)
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			require.NoError(t, err)
-			go srv.Serve(ln)
-			defer ch.shutdown(srv, 10*time.Second)
+			addr := serveChat(t, newChat(h, &lateSnapshot{LocalPresence: hub.NewLocalPresence()}, netpoll))
 
 			m := &member{events: make(chan event, 16)}
-			c, _, err := gust.Dial(context.Background(), "ws://"+ln.Addr().String()+"/ws?room=lobby&name=alice", m, nil)
+			c, _, err := gust.Dial(context.Background(), "ws://"+addr+"/ws?room=lobby&name=alice", m, nil)
 			require.NoError(t, err)
 			go c.ReadLoop()
 			defer c.Close(gust.StatusNormalClosure, "")
@@ -116,19 +126,13 @@ func TestChatSlowWatchHoldsUpOneRoom(t *testing.T) {
 	h, err := hub.New(&hub.Options{Broker: hub.NewMemoryHistory(nil)})
 	require.NoError(t, err)
 	p := &slowWatch{LocalPresence: hub.NewLocalPresence(), entered: make(chan struct{}), release: make(chan struct{})}
-	ch := newChat(h, p, false)
-	defer ch.close()
-	srv := ch.server(10 * time.Second)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	go srv.Serve(ln)
-	defer ch.shutdown(srv, 10*time.Second)
+	addr := serveChat(t, newChat(h, p, false))
 	release := sync.OnceFunc(func() { close(p.release) })
 	defer release() // before the shutdown, which waits for ann's OnOpen
 
 	join := func(room, name string) *member {
 		m := &member{events: make(chan event, 16)}
-		c, _, err := gust.Dial(context.Background(), "ws://"+ln.Addr().String()+"/ws?room="+room+"&name="+name, m, nil)
+		c, _, err := gust.Dial(context.Background(), "ws://"+addr+"/ws?room="+room+"&name="+name, m, nil)
 		require.NoError(t, err)
 		go c.ReadLoop()
 		t.Cleanup(func() { c.Close(gust.StatusNormalClosure, "") })

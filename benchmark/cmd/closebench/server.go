@@ -169,7 +169,8 @@ type member struct {
 func (a *hubApp) OnOpen(c *gust.Conn) {
 	a.open.Add(1)
 	i := a.next.Add(1)
-	m := &member{topic: fmt.Sprintf("topic-%d", i%int64(a.topics)), name: fmt.Sprintf("user-%d", i), room: int(i % int64(a.topics))}
+	room := int(i % int64(a.topics))
+	m := &member{topic: fmt.Sprintf("topic-%d", room), name: fmt.Sprintf("user-%d", i), room: room}
 	c.Set("member", m)
 	if err := a.hub.Subscribe(c, m.topic); err != nil {
 		panic(err)
