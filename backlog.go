@@ -11,8 +11,8 @@ import "github.com/gustws/gust/internal/bufpool"
 // at once in the backlog and reports it written; a goroutine writes the
 // backlog under the write timeout before the connection reads again, and a
 // write outside the dispatch writes it first.
-func (c *Conn) netWriteBacklog(p []byte) (int, error) {
-	w := &c.wr
+func (w *writeState) netWriteBacklog(p []byte) (int, error) {
+	c := w.conn()
 	if w.backlog == nil {
 		n, err := c.tr.write(p, true)
 		if err != nil || n == len(p) {
@@ -25,7 +25,7 @@ func (c *Conn) netWriteBacklog(p []byte) (int, error) {
 		w.appendBacklog(p)
 		return len(p), nil
 	}
-	if err := c.writeBacklogLocked(); err != nil {
+	if err := w.backlogLocked(); err != nil {
 		return 0, err
 	}
 	return c.tr.write(p, false)
@@ -34,10 +34,10 @@ func (c *Conn) netWriteBacklog(p []byte) (int, error) {
 // appendBacklog keeps p after what the backlog holds.
 func (w *writeState) appendBacklog(p []byte) { w.backlog = bufpool.Append(w.backlog, p) }
 
-// writeBacklogLocked writes the backlog (netWriteBacklog), waiting as a
+// backlogLocked writes the backlog (netWriteBacklog), waiting as a
 // write outside an event loop does.
-func (c *Conn) writeBacklogLocked() error {
-	w := &c.wr
+func (w *writeState) backlogLocked() error {
+	c := w.conn()
 	if w.backlog == nil {
 		return nil
 	}

@@ -27,8 +27,8 @@ func clockMS() uint32 {
 // crypto/tls holds part of (transport.inRecord), may still take of its
 // bound (Options.MessageTimeout), counted from the first time it waited for
 // bytes, which it records; ok is false when no bound applies.
-func (c *Conn) messageLeft() (left time.Duration, ok bool) {
-	rd := c.rd
+func (rd *readState) messageLeft() (left time.Duration, ok bool) {
+	c := rd.c
 	t := c.cfg.MessageTimeout.Truncate(time.Millisecond)
 	if t <= 0 {
 		return 0, false
@@ -53,15 +53,15 @@ func (c *Conn) messageLeft() (left time.Duration, ok bool) {
 // bound is left in place when the message ends, so that messages which
 // keep coming do not set it at each read: one that fires for an earlier
 // message is set again (overdue).
-func (c *Conn) boundMessage() error {
-	left, ok := c.messageLeft()
+func (rd *readState) boundMessage() error {
+	c := rd.c
+	left, ok := rd.messageLeft()
 	switch {
 	case !ok:
 		return nil
 	case left <= 0:
 		return messageTimeout(c.cfg.MessageTimeout)
 	}
-	rd := c.rd
 	if !rd.armed && !c.polled {
 		dl := time.Now().Add(left)
 		if u := rd.readDL.Load(); u != 0 && u < dl.UnixNano() {
@@ -78,12 +78,12 @@ func (c *Conn) boundMessage() error {
 // connection; the user's deadline passed is err; otherwise the deadline was
 // set for an earlier message, and overdue sets the right one and returns
 // nil: the caller reads again.
-func (c *Conn) overdue(err error) error {
-	rd := c.rd
+func (rd *readState) overdue(err error) error {
+	c := rd.c
 	if !rd.armed || !errors.Is(err, os.ErrDeadlineExceeded) || c.polled {
 		return err
 	}
-	if left, ok := c.messageLeft(); ok && left <= 0 {
+	if left, ok := rd.messageLeft(); ok && left <= 0 {
 		return messageTimeout(c.cfg.MessageTimeout)
 	}
 	u := rd.readDL.Load()
@@ -96,7 +96,7 @@ func (c *Conn) overdue(err error) error {
 		dl = time.Unix(0, u)
 	}
 	c.conn.SetReadDeadline(dl)
-	return c.boundMessage()
+	return rd.boundMessage()
 }
 
 // messageTimeout is the error of a message not complete after t

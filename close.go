@@ -28,7 +28,7 @@ type closeState struct {
 }
 
 const (
-	closeWriting  uint32 = 1 << iota // writeCloseFrame is writing: the one write allowed once the connection is ending
+	closeWriting  uint32 = 1 << iota // writeState.closeFrame is writing: the one write allowed once the connection is ending
 	closeSent                        // gust's close frame was written (or failed to be): writes fail, incoming messages are dropped
 	closeReceived                    // the peer's close frame was read
 	netClosed                        // the net.Conn is closed, or a pending Conn has none yet
@@ -129,22 +129,23 @@ func (c *Conn) CloseNow() error {
 
 // startClose sends a close frame and bounds the wait for the answer.
 func (c *Conn) startClose(code StatusCode, reason string) error {
-	if err := c.writeCloseFrame(code, reason); err != nil {
+	if err := c.wr.closeFrame(code, reason); err != nil {
 		return err
 	}
 	c.setReadDeadline(time.Now().Add(c.cfg.CloseTimeout))
 	return nil
 }
 
-// writeCloseFrame sends a close frame once; later calls return net.ErrClosed.
-func (c *Conn) writeCloseFrame(code StatusCode, reason string) error {
-	c.wr.mu.Lock()
-	defer c.wr.mu.Unlock()
-	return c.writeCloseFrameLocked(code, reason)
+// closeFrame sends a close frame once; later calls return net.ErrClosed.
+func (w *writeState) closeFrame(code StatusCode, reason string) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.closeFrameLocked(code, reason)
 }
 
-// writeCloseFrameLocked is writeCloseFrame under the write lock.
-func (c *Conn) writeCloseFrameLocked(code StatusCode, reason string) error {
+// closeFrameLocked is closeFrame under the write lock.
+func (w *writeState) closeFrameLocked(code StatusCode, reason string) error {
+	c := w.conn()
 	var p [maxControlPayload]byte
 	n := 0
 	if code != 0 && code != StatusNoStatusReceived {
@@ -159,10 +160,10 @@ func (c *Conn) writeCloseFrameLocked(code StatusCode, reason string) error {
 	if !c.closing.startSending() {
 		return errClosed
 	}
-	err := c.writeFrameLocked(opClose, p[:n])
+	err := w.frameLocked(opClose, p[:n])
 	c.closing.sent()
 	if err == nil {
-		err = c.flushLocked()
+		err = w.flushLocked()
 	}
 	if err == nil {
 		c.closing.flushed(code)
@@ -170,9 +171,10 @@ func (c *Conn) writeCloseFrameLocked(code StatusCode, reason string) error {
 	return err
 }
 
-// readClose checks the peer's close frame, answers it with the same code
+// closeFrame checks the peer's close frame, answers it with the same code
 // (unless gust sent its own close frame first) and returns it as an error.
-func (c *Conn) readClose(p []byte) error {
+func (rd *readState) closeFrame(p []byte) error {
+	c := rd.c
 	ce := &CloseError{Code: StatusNoStatusReceived}
 	switch {
 	case len(p) == 1:
@@ -188,7 +190,7 @@ func (c *Conn) readClose(p []byte) error {
 		ce.Reason = string(p[2:])
 	}
 	ce.ByPeer = c.closing.received()
-	c.writeCloseFrame(ce.Code, "")
+	c.wr.closeFrame(ce.Code, "")
 	return ce
 }
 
@@ -225,7 +227,7 @@ const (
 // stops when the peer closes its side, is silent for failQuiet, or after
 // failLinger (at most CloseTimeout): a bad peer holds a descriptor briefly.
 func (c *Conn) failAndLinger(code StatusCode, reason string) {
-	if c.writeCloseFrame(code, reason) != nil {
+	if c.wr.closeFrame(code, reason) != nil {
 		return
 	}
 	if _, ok := c.conn.(interface{ Delivered() }); ok {

@@ -74,7 +74,7 @@ func allocConn(cfg *config, h Event, server bool) *Conn {
 		c  Conn
 		rd readState
 	}{c: Conn{cfg: cfg, handler: h, server: server}}
-	cr.c.rd = &cr.rd
+	cr.c.rd, cr.rd.c = &cr.rd, &cr.c
 	return &cr.c
 }
 
@@ -86,6 +86,7 @@ var readStates = sync.Pool{New: func() any { return new(readState) }}
 func (c *Conn) takeRead() {
 	if c.rd == nil {
 		c.rd = readStates.Get().(*readState)
+		c.rd.c = c
 	}
 }
 
@@ -221,7 +222,7 @@ func (c *Conn) Subprotocol() string { return c.subprotocol }
 // connection. A read past the deadline ends the connection; so does a write,
 // since a frame cut in the middle cannot be resumed.
 func (c *Conn) SetDeadline(t time.Time) error {
-	return errors.Join(c.SetReadDeadline(t), c.setWriteDeadline(t))
+	return errors.Join(c.SetReadDeadline(t), c.wr.setDeadline(t))
 }
 
 // SetReadDeadline sets the deadline for the next reads. For heartbeats,
@@ -252,7 +253,7 @@ func (c *Conn) setReadDeadline(t time.Time) error {
 // SetWriteDeadline sets the deadline for writes; Options.WriteTimeout
 // still bounds each write when it comes sooner. A zero t leaves only
 // WriteTimeout.
-func (c *Conn) SetWriteDeadline(t time.Time) error { return c.setWriteDeadline(t) }
+func (c *Conn) SetWriteDeadline(t time.Time) error { return c.wr.setDeadline(t) }
 
 // serve reads and dispatches until the connection ends, and ends it; in
 // netpoll mode, until it has nothing to read, and then parks it. On an
@@ -301,7 +302,7 @@ func (c *Conn) serve(open bool) (called bool) {
 // loop, then reads on where the loop stopped, and parks again once idle.
 func (c *Conn) serveOffLoop() {
 	c.wr.mu.Lock()
-	err := c.writeFailed(c.writeBacklogLocked())
+	err := c.wr.failed(c.wr.backlogLocked())
 	c.wr.mu.Unlock()
 	if err != nil {
 		c.end(err)
@@ -324,7 +325,7 @@ func (c *Conn) run(open bool) (y yield, err error) {
 	if open {
 		c.handler.OnOpen(c)
 	}
-	return c.readFrames()
+	return c.rd.frames()
 }
 
 // recovered logs the panic p of a callback and returns it as a

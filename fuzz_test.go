@@ -198,7 +198,7 @@ func FuzzReadFrames(f *testing.F) {
 	})
 }
 
-// FuzzCloseFrame checks readClose against an oracle written from RFC 6455
+// FuzzCloseFrame checks readState.closeFrame against an oracle written from RFC 6455
 // §5.5.1 and §7.4: every close payload of up to 125 bytes gets the verdict
 // the RFC gives, and a valid one is echoed with its code.
 func FuzzCloseFrame(f *testing.F) {

@@ -129,7 +129,7 @@ func (hb *heartbeat) tryPingNow() bool {
 		return false
 	}
 	defer w.mu.Unlock()
-	if w.buf != nil || w.corked || c.writableLocked() != nil {
+	if w.buf != nil || w.corked || c.wr.writableLocked() != nil {
 		return false
 	}
 	var f [2 + 4]byte
@@ -164,7 +164,7 @@ func (hb *heartbeat) queuePing() {
 	if c.wr.writerOpen.Load() {
 		c.wr.pingDue.Store(true)
 	}
-	o := c.box()
+	o := c.wr.box()
 	o.mu.Lock()
 	if o.state != outboxOpen {
 		o.mu.Unlock()

@@ -174,8 +174,8 @@ func (m *Message) Streamed() bool { return m.streamed }
 // endMessage completes the message whose last frame has been read (key
 // was its masking key): it inflates a compressed one, checks its text and
 // dispatches it.
-func (c *Conn) endMessage(key [4]byte) (want, error) {
-	rd := c.rd
+func (rd *readState) endMessage(key [4]byte) (want, error) {
+	c := rd.c
 	if rd.loop && c.parallel != nil && len(c.parallel) == cap(c.parallel) {
 		return wantGoroutine, nil // dispatch would wait for a parallel handler to end
 	}
@@ -187,13 +187,13 @@ func (c *Conn) endMessage(key [4]byte) (want, error) {
 		if rd.loop && (wire > loopInflateMax || rd.work >= loopWorkBudget) {
 			return wantGoroutine, nil // its inflating and its handler may take long
 		}
-		if err := c.inflateMessage(); err != nil {
+		if err := rd.inflate(); err != nil {
 			threshold := c.cfg.StreamThreshold
 			if threshold > 0 && isTooBig(err) && int64(threshold) < c.cfg.maxMessageSize() {
 				// Small on the wire, past the threshold once inflated:
 				// stream it from the compressed bytes it has.
 				rd.utf8.Reset()
-				return 0, c.streamMessage(true, 0, key)
+				return 0, rd.streamMessage(true, 0, key)
 			}
 			return 0, err
 		}
@@ -215,14 +215,14 @@ func (c *Conn) endMessage(key [4]byte) (want, error) {
 		rd.recycle(m)
 		return 0, nil
 	}
-	c.dispatch(m)
+	rd.dispatch(m)
 	return 0, nil
 }
 
-// inflateMessage replaces the compressed message in rd.msg with its
+// inflate replaces the compressed message in rd.msg with its
 // inflated bytes, checking size and text as they come out.
-func (c *Conn) inflateMessage() error {
-	rd := c.rd
+func (rd *readState) inflate() error {
+	c := rd.c
 	var v *utf8.Validator
 	if rd.op == OpText && !c.cfg.SkipUTF8Validation {
 		v = &rd.utf8
@@ -244,11 +244,12 @@ func (c *Conn) inflateMessage() error {
 
 // dispatch hands a message to OnMessage, on the read goroutine or, with
 // Options.Parallel, on a short-lived goroutine.
-func (c *Conn) dispatch(m *Message) {
+func (rd *readState) dispatch(m *Message) {
+	c := rd.c
 	if c.parallel == nil {
-		c.rd.called = true
+		rd.called = true
 		c.handler.OnMessage(c, m)
-		c.rd.recycle(m)
+		rd.recycle(m)
 		return
 	}
 	c.parallel <- struct{}{}
@@ -263,7 +264,7 @@ func (c *Conn) dispatch(m *Message) {
 				if p := recover(); p != nil {
 					err := c.recovered(p)
 					// Not on the read goroutine: no linger, which reads.
-					c.writeCloseFrame(StatusInternalError, "")
+					c.wr.closeFrame(StatusInternalError, "")
 					c.abort(err)
 				}
 			}()

@@ -144,7 +144,7 @@ func (lc *loopConn) park() bool {
 	c := (*Conn)(lc)
 	s := c.sock()
 	c.rd.shrink()
-	if left, ok := c.messageLeft(); ok && !c.rd.armed {
+	if left, ok := c.rd.messageLeft(); ok && !c.rd.armed {
 		// The message or TLS record in progress has its bound
 		// (Options.MessageTimeout): wake c then. Left in place once the
 		// message ends, a wake-up for an earlier message finds nothing

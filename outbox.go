@@ -81,14 +81,14 @@ type outbox struct {
 	lastFanout uint64 // the sequence number of the last fan-out it got (fanout)
 }
 
-// box returns c's outbox, made by the first call: most connections never
+// box returns the outbox, made by the first call: most connections never
 // queue a message.
-func (c *Conn) box() *outbox {
-	if o := c.wr.out.Load(); o != nil {
+func (w *writeState) box() *outbox {
+	if o := w.out.Load(); o != nil {
 		return o
 	}
-	c.wr.out.CompareAndSwap(nil, &outbox{c: c})
-	return c.wr.out.Load()
+	w.out.CompareAndSwap(nil, &outbox{c: w.conn()})
+	return w.out.Load()
 }
 
 // queued returns how many items wait in the queue.
@@ -189,7 +189,7 @@ func (c *Conn) WriteAsync(op Opcode, p []byte, done func(error)) error {
 	if op != OpText && op != OpBinary {
 		return errBadOpcode
 	}
-	return c.enqueue(outboxItem{op: op, p: p, done: done})
+	return c.wr.enqueue(outboxItem{op: op, p: p, done: done})
 }
 
 // WritePreparedAsync queues a prepared message in the connection's outbox,
@@ -208,9 +208,9 @@ func (c *Conn) WritePreparedAsync(pm *PreparedMessage, done func(error)) error {
 		return errNilPrepared
 	}
 	if c.closing.has(netClosed | closeSent | closeDue) {
-		return c.enqueue(outboxItem{pm: pm}) // its error, without seqFor: a closing crowd costs a load each
+		return c.wr.enqueue(outboxItem{pm: pm}) // its error, without seqFor: a closing crowd costs a load each
 	}
-	return c.enqueue(outboxItem{pm: pm, done: done, seq: pm.fan.seqFor()})
+	return c.wr.enqueue(outboxItem{pm: pm, done: done, seq: pm.fan.seqFor()})
 }
 
 // A fan-out (a PreparedMessage queued on many connections) is written at
@@ -271,14 +271,15 @@ func (it *outboxItem) backToBack(last *uint64) bool {
 
 // enqueue queues it, applying the policy when the outbox is full, and
 // starts the writer unless it runs.
-func (c *Conn) enqueue(it outboxItem) error {
+func (w *writeState) enqueue(it outboxItem) error {
+	c := w.conn()
 	if c.closing.has(netClosed) {
 		return c.endedErr()
 	}
 	if c.closing.has(closeSent | closeDue) {
 		return errClosed
 	}
-	o := c.box()
+	o := w.box()
 	var dropped outboxItem
 	o.mu.Lock()
 	if o.state != outboxOpen {
@@ -349,7 +350,7 @@ func (o *outbox) relieveLocked() relieved {
 	q := o.queue[o.head:]
 	n := 0
 	w.noWait = true
-	err := c.batchLocked(func() {
+	err := c.wr.batchLocked(func() {
 		for n < len(q) && w.backlog == nil && w.err == nil {
 			o.writeItem(&q[n]) // an error is sticky in w.err
 			n++
@@ -541,7 +542,7 @@ func (o *outbox) drain() {
 		w := &c.wr
 		w.mu.Lock()
 		if !w.noWait {
-			c.writeFailed(c.writeBacklogLocked())
+			c.wr.failed(c.wr.backlogLocked())
 		}
 		w.mu.Unlock()
 	}
@@ -594,13 +595,13 @@ func (o *outbox) writeBatch(batch []outboxItem) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if len(batch) > 1 || batch[0].op != opPing {
-		c.waitStreamLocked() // a heartbeat's ping alone may go between fragments
+		c.wr.waitStreamLocked() // a heartbeat's ping alone may go between fragments
 	}
 	if len(batch) == 1 {
 		return o.writeItem(&batch[0])
 	}
 	var err error
-	ferr := c.batchLocked(func() {
+	ferr := c.wr.batchLocked(func() {
 		for i := range batch {
 			if e := o.writeItem(&batch[i]); e != nil && err == nil {
 				err = e
@@ -619,10 +620,10 @@ func (o *outbox) writeBatch(batch []outboxItem) error {
 // writeItem writes it; the caller holds the write lock (not o.mu).
 func (o *outbox) writeItem(it *outboxItem) error {
 	if it.op == opPing { // a heartbeat's (queuePing)
-		return o.c.writeFrameLocked(opPing, nil)
+		return o.c.wr.frameLocked(opPing, nil)
 	}
 	if it.pm != nil {
-		return o.c.writePreparedLocked(it.pm)
+		return o.c.wr.preparedLocked(it.pm)
 	}
-	return o.c.writeMessageLocked(it.op, it.p, true)
+	return o.c.wr.messageLocked(it.op, it.p, true)
 }

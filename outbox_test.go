@@ -234,7 +234,7 @@ func TestOutboxDropOldestKeepsTheLatest(t *testing.T) {
 	for i := range 1000 {
 		require.NoError(t, c.WriteAsync(OpText, []byte{byte('0' + i%10)}, nil))
 	}
-	o := c.box()
+	o := c.wr.box()
 	o.mu.Lock()
 	require.LessOrEqual(t, cap(o.queue), 16)
 	o.mu.Unlock()
@@ -499,7 +499,7 @@ func TestOutboxBackToBackFanoutQueues(t *testing.T) {
 
 		for _, c := range []*Conn{sa, sb} { // their writer goroutines are done
 			assertEventually(5*time.Second, func() bool {
-				o := c.box()
+				o := c.wr.box()
 				o.mu.Lock()
 				defer o.mu.Unlock()
 				return !o.busy

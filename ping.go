@@ -84,7 +84,7 @@ func (c *Conn) Ping(ctx context.Context) (time.Duration, error) {
 	var p [pingPayloadSize]byte
 	binary.BigEndian.PutUint64(p[:], id)
 	start := time.Now()
-	if err := c.writeControl(opPing, p[:]); err != nil {
+	if err := c.wr.control(opPing, p[:]); err != nil {
 		c.pings.remove(id)
 		return 0, err
 	}

@@ -34,6 +34,8 @@ const waitingReadBufferSize = 8 << 10
 
 // readState is the read side of a Conn, owned by the read goroutine.
 type readState struct {
+	c *Conn // whose read state it is: set by allocConn and takeRead
+
 	buf  *[]byte // pooled; bytes buf[r:w] are read and not yet parsed
 	r, w int
 
@@ -149,15 +151,14 @@ const (
 	handOffEnd       // the peer's close frame: the connection ends off the loop (loopEnds)
 )
 
-// readFrames feeds the parser (parse) what the transport reads until the
+// frames feeds the parser (parse) what the transport reads until the
 // connection ends or yields. It returns a *CloseError for the peer's
 // close, a *ProtocolError for a violation (the caller sends the close
 // frame), or the I/O error. A yield leaves the frame in progress in c.rd,
 // where the next call resumes.
-func (c *Conn) readFrames() (yield, error) {
-	rd := c.rd
+func (rd *readState) frames() (yield, error) {
 	for {
-		w, err := c.parse()
+		w, err := rd.parse()
 		switch {
 		case err != nil:
 			return goOn, err
@@ -169,10 +170,10 @@ func (c *Conn) readFrames() (yield, error) {
 		var y yield
 		if w == wantPayload {
 			var k int
-			k, y, err = c.read((*rd.msg)[rd.n:min(rd.end, len(*rd.msg))])
+			k, y, err = rd.read((*rd.msg)[rd.n:min(rd.end, len(*rd.msg))])
 			rd.direct = uint32(k)
 		} else {
-			y, err = c.fill()
+			y, err = rd.fill()
 		}
 		if err != nil {
 			if rd.inMessage() {
@@ -190,9 +191,9 @@ func (c *Conn) readFrames() (yield, error) {
 // (rd.buf[r:w], and those a read put straight into the message buffer),
 // until it needs more (want), or an error or the peer's close frame ends
 // the connection. It keeps the frame in progress in rd across calls, and
-// reads nothing itself: readFrames feeds it.
-func (c *Conn) parse() (want, error) {
-	rd := c.rd
+// reads nothing itself: frames feeds it.
+func (rd *readState) parse() (want, error) {
+	c := rd.c
 	h := &rd.hdr
 	for {
 		if !rd.inFrame {
@@ -210,9 +211,9 @@ func (c *Conn) parse() (want, error) {
 		var w want
 		var err error
 		if h.op.isControl() {
-			w, err = c.parseControl(h)
+			w, err = rd.parseControl(h)
 		} else {
-			w, err = c.parseData(h)
+			w, err = rd.parseData(h)
 		}
 		if w != 0 || err != nil {
 			return w, err
@@ -227,8 +228,7 @@ func (c *Conn) parse() (want, error) {
 // parseControl handles a control frame once its payload has arrived; a
 // close frame is not handled on an event loop: its answer may wait on the
 // socket, and the end of the connection does.
-func (c *Conn) parseControl(h *frameHeader) (want, error) {
-	rd := c.rd
+func (rd *readState) parseControl(h *frameHeader) (want, error) {
 	n := int(h.length)
 	switch {
 	case rd.w-rd.r < n:
@@ -236,12 +236,12 @@ func (c *Conn) parseControl(h *frameHeader) (want, error) {
 	case h.op == opClose && rd.loop:
 		return wantEnd, nil
 	}
-	return 0, c.control(h)
+	return 0, rd.control(h)
 }
 
 // control handles the control frame h, whose payload is buffered.
-func (c *Conn) control(h *frameHeader) error {
-	rd := c.rd
+func (rd *readState) control(h *frameHeader) error {
+	c := rd.c
 	// Unmasked in place: the bytes are consumed, and stay put until the
 	// next read from the socket, after the callback. An empty close frame
 	// handed over from a loop has no buffer (serve shrinks it).
@@ -260,7 +260,7 @@ func (c *Conn) control(h *frameHeader) error {
 		rd.called = true
 		c.handler.OnPong(c, p)
 	case opClose:
-		return c.readClose(p)
+		return rd.closeFrame(p)
 	}
 	return nil
 }
@@ -270,8 +270,8 @@ func (c *Conn) control(h *frameHeader) error {
 // last frame. With Options.StreamThreshold set, a message that grows past
 // it is handed to OnMessage as a stream instead (streamMessage), whose
 // handler reads the rest: not on an event loop, since that waits.
-func (c *Conn) parseData(h *frameHeader) (want, error) {
-	rd := c.rd
+func (rd *readState) parseData(h *frameHeader) (want, error) {
+	c := rd.c
 	if !rd.begun {
 		if err := rd.beginData(h, c.cfg); err != nil {
 			return 0, err
@@ -281,7 +281,7 @@ func (c *Conn) parseData(h *frameHeader) (want, error) {
 		if rd.loop {
 			return wantGoroutine, nil
 		}
-		return 0, c.streamMessage(h.fin, h.length, h.key)
+		return 0, rd.streamMessage(h.fin, h.length, h.key)
 	}
 	if w, err := rd.parsePayload(h, c.server, c.cfg); w != 0 || err != nil {
 		return w, err
@@ -289,7 +289,7 @@ func (c *Conn) parseData(h *frameHeader) (want, error) {
 	if !h.fin {
 		return 0, nil
 	}
-	return c.endMessage(h.key)
+	return rd.endMessage(h.key)
 }
 
 // noEOF turns an EOF in the middle of a frame into io.ErrUnexpectedEOF.
@@ -301,14 +301,14 @@ func noEOF(err error) error {
 }
 
 // fill reads more bytes into the read buffer, making room at its end first.
-func (c *Conn) fill() (yield, error) {
-	rd := c.rd
+func (rd *readState) fill() (yield, error) {
+	c := rd.c
 	if rd.r == rd.w && c.direct() {
 		// Drained: wait for bytes without a buffer (the transport takes one
 		// once they have come).
 		rd.release()
 		rd.putSlab()
-		_, y, err := c.read(nil)
+		_, y, err := rd.read(nil)
 		return y, err
 	}
 	if rd.buf == nil {
@@ -328,7 +328,7 @@ func (c *Conn) fill() (yield, error) {
 		rd.w = copy(b, b[rd.r:rd.w])
 		rd.r = 0
 	}
-	n, y, err := c.read(b[rd.w:])
+	n, y, err := rd.read(b[rd.w:])
 	rd.w += n
 	return y, err
 }
@@ -337,14 +337,15 @@ func (c *Conn) fill() (yield, error) {
 // pooled buffer that becomes the read buffer), flushing corked writes
 // first, so that every write made while dispatching leaves before the read
 // waits.
-func (c *Conn) read(p []byte) (int, yield, error) {
-	if y, err := c.uncork(); y != goOn || err != nil {
+func (rd *readState) read(p []byte) (int, yield, error) {
+	c := rd.c
+	if y, err := c.wr.uncork(); y != goOn || err != nil {
 		return 0, y, err
 	}
-	if err := c.boundMessage(); err != nil {
+	if err := rd.boundMessage(); err != nil {
 		return 0, goOn, err
 	}
-	return c.readSome(p)
+	return rd.readSome(p)
 }
 
 // readSome is read's one read. It waits for bytes, except where the
@@ -358,8 +359,8 @@ func (c *Conn) read(p []byte) (int, yield, error) {
 // none, and only a read finds it. A connection that has done
 // loopWorkBudget of work in this turn is handed to a goroutine, so that a
 // peer that keeps sending cannot hold up the loop.
-func (c *Conn) readSome(dst []byte) (int, yield, error) {
-	rd := c.rd
+func (rd *readState) readSome(dst []byte) (int, yield, error) {
+	c := rd.c
 	if rd.loop && !rd.drained && rd.work >= loopWorkBudget {
 		return 0, handOff, nil
 	}
@@ -369,14 +370,14 @@ func (c *Conn) readSome(dst []byte) (int, yield, error) {
 	if rd.loop && rd.drained {
 		return 0, park, nil
 	}
-	try := c.mayPark()
+	try := rd.mayPark()
 	for {
 		buf, n, again, err := c.tr.read(dst, try)
 		switch {
 		case again:
 			return 0, park, nil
 		case err != nil:
-			if err = c.overdue(err); err != nil {
+			if err = rd.overdue(err); err != nil {
 				return 0, goOn, err
 			}
 			continue
@@ -395,7 +396,7 @@ func (c *Conn) readSome(dst []byte) (int, yield, error) {
 		if hb := c.hb; hb != nil {
 			hb.seen.Store(hbBusy) // the peer is alive; this goroutine busy until it waits again
 		}
-		if !c.cork(drainedBatch(n, size)) {
+		if !c.wr.cork(drainedBatch(n, size)) {
 			return n, handOff, nil
 		}
 		return n, goOn, nil
@@ -406,6 +407,7 @@ func (c *Conn) readSome(dst []byte) (int, yield, error) {
 // when nothing has arrived: on an event loop, and in netpoll mode
 // on any goroutine, except for a streamed message, whose handler reads
 // from its callback.
-func (c *Conn) mayPark() bool {
-	return c.rd.loop || (!c.rd.userReads && c.polled)
+func (rd *readState) mayPark() bool {
+	c := rd.c
+	return rd.loop || (!rd.userReads && c.polled)
 }

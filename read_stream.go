@@ -46,8 +46,8 @@ const streamReaderSize = 32 << 10
 // read, to OnMessage on the read goroutine (even with Options.Parallel).
 // What the handler leaves unread is discarded afterwards, so that the next
 // message starts on a frame boundary and the inflater's window stays in step.
-func (c *Conn) streamMessage(fin bool, length int64, key [4]byte) error {
-	rd := c.rd
+func (rd *readState) streamMessage(fin bool, length int64, key [4]byte) error {
+	c := rd.c
 	rd.userReads = true // its reads wait, in netpoll mode too
 	defer func() { rd.userReads = false }()
 	sm := &streamedMessage{Message: Message{Opcode: rd.op, streamed: true},
@@ -220,7 +220,7 @@ func (s *msgStream) readRaw(p []byte) (int, error) {
 	p = p[:min(int64(len(p)), s.remaining)]
 	if rd.w == rd.r && len(p) >= c.cfg.ReadBufferSize/2 {
 		// Large and nothing buffered: read straight into p.
-		n, _, err := c.read(p) // a handler's read waits: it never yields
+		n, _, err := c.rd.read(p) // a handler's read waits: it never yields
 		if err != nil {
 			s.err = noEOF(err)
 			return 0, s.err
@@ -249,7 +249,7 @@ func (s *msgStream) readRaw(p []byte) (int, error) {
 
 // fill reads more into the read buffer; a handler's read waits, never yields.
 func (s *msgStream) fill() error {
-	_, err := s.c.fill()
+	_, err := s.c.rd.fill()
 	return noEOF(err)
 }
 
@@ -282,7 +282,7 @@ func (s *msgStream) nextFrame() error {
 				return err
 			}
 		}
-		return c.control(h)
+		return c.rd.control(h)
 	}
 	if h.op != opContinuation {
 		return protocolError(StatusProtocolError, "new message inside a fragmented message")

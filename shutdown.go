@@ -405,7 +405,7 @@ func (c *Conn) closeNoWait(code StatusCode, reason string, wg *sync.WaitGroup) {
 	}
 	loop := w.noWait // an event loop dispatches: it writes the backlog
 	w.noWait = true
-	err := c.writeCloseFrameLocked(code, reason)
+	err := c.wr.closeFrameLocked(code, reason)
 	w.noWait = loop
 	backlog := w.backlog != nil && !loop
 	w.mu.Unlock()
@@ -418,7 +418,7 @@ func (c *Conn) closeNoWait(code StatusCode, reason string, wg *sync.WaitGroup) {
 			w.mu.Lock()
 			defer w.mu.Unlock()
 			if !w.noWait {
-				c.writeFailed(c.writeBacklogLocked())
+				w.failed(w.backlogLocked())
 			}
 		})
 	}

@@ -96,8 +96,8 @@ const (
 // (a power of two, at most maxUnsent) before the write: a large message
 // goes to the kernel in one system call, as it would without the limit. A
 // connection keeps the largest limit it needed.
-func (c *Conn) raiseUnsent(n int) {
-	w := &c.wr
+func (w *writeState) raiseUnsent(n int) {
+	c := w.conn()
 	shift := uint8(min(bits.Len(uint(n-1)), maxUnsentShift))
 	if shift <= w.unsent {
 		return
@@ -186,7 +186,7 @@ func (t *tlsTransport) inRecord() bool { return t.u.InRecord() }
 // progress, if any, gets the bound of a message in progress
 // (boundMessage), which in goroutine mode sets the read deadline for the
 // wait inside crypto/tls's Read, and on a loop is kept for the park.
-func (t *tlsTransport) BoundRead() error { return t.c.boundMessage() }
+func (t *tlsTransport) BoundRead() error { return t.c.rd.boundMessage() }
 
 // armTimeout sets nc's write deadline before a direct write waits: d
 // (WriteTimeout) from now, or SetWriteDeadline's deadline when it comes

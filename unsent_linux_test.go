@@ -46,7 +46,7 @@ func TestUnreadPeerHoldsLittleOfTheKernel(t *testing.T) {
 			require.Less(t, queued, 512<<10)
 
 			c.wr.mu.Lock()
-			c.raiseUnsent(1<<20 - 100)
+			c.wr.raiseUnsent(1<<20 - 100)
 			c.wr.mu.Unlock()
 			require.Equal(t, 1<<20, 1<<c.wr.unsent)
 			lowat := socketInt(t, c, func(fd int) (int, error) {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/gustws/gust/internal/bufpool"
 	"github.com/gustws/gust/internal/mask"
@@ -67,6 +68,14 @@ type writeState struct {
 	unsent uint8 // log2 of the socket's unsent limit (unsentLimit, raiseUnsent); 0 when it has none
 }
 
+// conn returns the Conn w is the write state of. A writeState lives only as
+// the wr field of a Conn, so its Conn starts wr's offset before it: no
+// pointer back, which would take a Conn past its size class, and a zero
+// Conn's writes reach its (closed) state as any other's.
+func (w *writeState) conn() *Conn {
+	return (*Conn)(unsafe.Add(unsafe.Pointer(w), -int(unsafe.Offsetof(Conn{}.wr))))
+}
+
 // WriteMessage sends p as one message of type op (OpText or OpBinary). For
 // OpText, p should be valid UTF-8; gust does not check what it sends. p may
 // be reused as soon as WriteMessage returns.
@@ -93,31 +102,32 @@ func (c *Conn) writeMessage(op Opcode, p []byte, compress bool) error {
 		return errBadOpcode
 	}
 	c.wr.mu.Lock()
-	c.waitStreamLocked()
-	err := c.writeMessageLocked(op, p, compress)
+	c.wr.waitStreamLocked()
+	err := c.wr.messageLocked(op, p, compress)
 	c.wr.mu.Unlock()
 	return err
 }
 
-// writeMessageLocked writes a data message, compressed when permessage-deflate
+// messageLocked writes a data message, compressed when permessage-deflate
 // was negotiated, compress is set and p reaches the threshold.
-func (c *Conn) writeMessageLocked(op Opcode, p []byte, compress bool) error {
+func (w *writeState) messageLocked(op Opcode, p []byte, compress bool) error {
+	c := w.conn()
 	d := c.deflate
 	if !compress || d == nil || len(p) < d.Threshold() {
-		err := c.writeFrameLocked(op, p)
+		err := w.frameLocked(op, p)
 		if err == nil {
 			c.sent(op, len(p), len(p))
 		}
 		return err
 	}
-	if err := c.writableLocked(); err != nil {
+	if err := w.writableLocked(); err != nil {
 		return err
 	}
-	buf, n, err := d.Compress(p, c.wr.corked)
+	buf, n, err := d.Compress(p, w.corked)
 	if err != nil {
-		return c.writeFailed(err)
+		return w.failed(err)
 	}
-	err = c.writeFrameLocked(op|rsv1, (*buf)[:n])
+	err = w.frameLocked(op|rsv1, (*buf)[:n])
 	bufpool.Put(buf)
 	if err == nil {
 		c.sent(op, len(p), n)
@@ -135,47 +145,48 @@ func (c *Conn) WritePrepared(pm *PreparedMessage) error {
 	}
 	c.wr.mu.Lock()
 	defer c.wr.mu.Unlock()
-	c.waitStreamLocked()
-	return c.writePreparedLocked(pm)
+	c.wr.waitStreamLocked()
+	return c.wr.preparedLocked(pm)
 }
 
-// writeEncodedLocked writes an encoded frame: corked, or at once.
-func (c *Conn) writeEncodedLocked(frame []byte) error {
-	w := &c.wr
+// encodedLocked writes an encoded frame: corked, or at once.
+func (w *writeState) encodedLocked(frame []byte) error {
+	c := w.conn()
 	limit := c.cfg.WriteBufferSize
 	if w.buf != nil && len(*w.buf)+len(frame) > limit {
-		if err := c.flushLocked(); err != nil {
+		if err := w.flushLocked(); err != nil {
 			return err
 		}
 	}
 	if !w.corked || len(frame) > limit {
 		if w.buf != nil {
-			if err := c.flushLocked(); err != nil {
+			if err := w.flushLocked(); err != nil {
 				return err
 			}
 		}
-		_, err := c.netWrite(frame)
-		return c.writeFailed(err)
+		_, err := w.netWrite(frame)
+		return w.failed(err)
 	}
 	if w.buf == nil {
 		w.buf = bufpool.Get(limit)
 		*w.buf = (*w.buf)[:0]
 	}
 	*w.buf = append(*w.buf, frame...)
-	return c.flushEarlyLocked()
+	return w.flushEarlyLocked()
 }
 
-// writePreparedLocked is WritePrepared with c.wr.mu held.
-func (c *Conn) writePreparedLocked(pm *PreparedMessage) error {
+// preparedLocked is WritePrepared with w.mu held.
+func (w *writeState) preparedLocked(pm *PreparedMessage) error {
+	c := w.conn()
 	if !c.server {
-		return c.writeMessageLocked(pm.op, pm.payload, true)
+		return w.messageLocked(pm.op, pm.payload, true)
 	}
-	if err := c.writableLocked(); err != nil {
+	if err := w.writableLocked(); err != nil {
 		return err
 	}
 	d := c.deflate
 	if d == nil || len(pm.payload) < d.Threshold() {
-		err := c.writeEncodedLocked(pm.plain)
+		err := w.encodedLocked(pm.plain)
 		if err == nil {
 			c.sent(pm.op, len(pm.payload), len(pm.payload))
 		}
@@ -186,7 +197,7 @@ func (c *Conn) writePreparedLocked(pm *PreparedMessage) error {
 		return err
 	}
 	d.DropContext() // the peer's window holds f, which the compressor has not seen
-	err = c.writeEncodedLocked(f)
+	err = w.encodedLocked(f)
 	if err == nil {
 		c.sent(pm.op, len(pm.payload), framePayloadLen(f))
 	}
@@ -194,14 +205,14 @@ func (c *Conn) writePreparedLocked(pm *PreparedMessage) error {
 }
 
 // WritePing sends a ping with payload p (at most 125 bytes).
-func (c *Conn) WritePing(p []byte) error { return c.writeControl(opPing, p) }
+func (c *Conn) WritePing(p []byte) error { return c.wr.control(opPing, p) }
 
 // WritePong sends a pong with payload p (at most 125 bytes).
-func (c *Conn) WritePong(p []byte) error { return c.writeControl(opPong, p) }
+func (c *Conn) WritePong(p []byte) error { return c.wr.control(opPong, p) }
 
 // writableLocked returns the error a write must return now, if any.
-func (c *Conn) writableLocked() error {
-	w := &c.wr
+func (w *writeState) writableLocked() error {
+	c := w.conn()
 	if c.conn == nil {
 		return c.closedErr() // a zero Conn, or one whose handshake is in progress
 	}
@@ -220,30 +231,30 @@ func (c *Conn) writableLocked() error {
 }
 
 // The private write functions, called with the write lock held, come in
-// three layers: messages (writeMessageLocked, writePreparedLocked); frames
-// (writeFrameLocked, writeEncodedLocked), corked while the read goroutine
+// three layers: messages (messageLocked, preparedLocked); frames
+// (frameLocked, encodedLocked), corked while the read goroutine
 // dispatches or an outbox batch is written; and the socket (flushLocked,
-// writeLarge, and netWrite, the only place a Conn writes to its socket).
+// large, and netWrite, the only place a Conn writes to its socket).
 
-// writeControl writes one control frame (a ping or a pong).
-func (c *Conn) writeControl(op Opcode, p []byte) error {
+// control writes one control frame (a ping or a pong).
+func (w *writeState) control(op Opcode, p []byte) error {
 	if len(p) > maxControlPayload {
 		return errControlTooLong
 	}
-	c.wr.mu.Lock()
-	err := c.writeFrameLocked(op, p)
-	c.wr.mu.Unlock()
+	w.mu.Lock()
+	err := w.frameLocked(op, p)
+	w.mu.Unlock()
 	return err
 }
 
-// writeFrameLocked encodes one final frame of p (op may carry rsv1) and
+// frameLocked encodes one final frame of p (op may carry rsv1) and
 // corks it, or writes it at once: header and payload in one system call,
-// or through writeLarge.
-func (c *Conn) writeFrameLocked(op Opcode, p []byte) error {
-	if err := c.writableLocked(); err != nil {
+// or through large (a frame past the write buffer).
+func (w *writeState) frameLocked(op Opcode, p []byte) error {
+	c := w.conn()
+	if err := w.writableLocked(); err != nil {
 		return err
 	}
-	w := &c.wr
 	var key [4]byte
 	if !c.server {
 		key = w.maskKey()
@@ -253,7 +264,7 @@ func (c *Conn) writeFrameLocked(op Opcode, p []byte) error {
 	limit := c.cfg.WriteBufferSize
 
 	if w.buf != nil && len(*w.buf)+total > limit {
-		if err := c.flushLocked(); err != nil {
+		if err := w.flushLocked(); err != nil {
 			return err
 		}
 	}
@@ -264,12 +275,12 @@ func (c *Conn) writeFrameLocked(op Opcode, p []byte) error {
 		}
 		w.appendFrame(hn, p, !c.server, key)
 		if w.corked {
-			return c.flushEarlyLocked()
+			return w.flushEarlyLocked()
 		}
-		return c.flushLocked()
+		return w.flushLocked()
 	}
 	// A large frame: the cork buffer is empty here.
-	return c.writeLarge(hn, p, key, limit)
+	return w.large(hn, p, key, limit)
 }
 
 // appendFrame appends the header in w.hdr and p, masked with key if masked
@@ -286,13 +297,14 @@ func (w *writeState) appendFrame(hn int, p []byte, masked bool, key [4]byte) {
 	*w.buf = b
 }
 
-// writeLarge writes a frame too big for the write buffer: the header and
+// large writes a frame too big for the write buffer: the header and
 // the payload's first piece from a pooled buffer, then on the server side
 // the rest straight from p in one write; a client masks piece by piece.
-func (c *Conn) writeLarge(hn int, p []byte, key [4]byte, limit int) error {
+func (w *writeState) large(hn int, p []byte, key [4]byte, limit int) error {
+	c := w.conn()
 	buf := bufpool.Get(limit)
 	defer bufpool.Put(buf)
-	b := (*buf)[:copy(*buf, c.wr.hdr[:hn])]
+	b := (*buf)[:copy(*buf, w.hdr[:hn])]
 	pos := 0
 	for len(p) > 0 {
 		n := min(len(p), cap(b)-len(b))
@@ -304,30 +316,29 @@ func (c *Conn) writeLarge(hn int, p []byte, key [4]byte, limit int) error {
 			pos = mask.ApplyCopy(b[start:], p[:n], key, pos)
 		}
 		p = p[n:]
-		if _, err := c.netWrite(b); err != nil {
-			return c.writeFailed(err)
+		if _, err := w.netWrite(b); err != nil {
+			return w.failed(err)
 		}
 		b = b[:0]
 		if c.server && len(p) > 0 {
-			_, err := c.netWrite(p)
-			return c.writeFailed(err)
+			_, err := w.netWrite(p)
+			return w.failed(err)
 		}
 	}
 	return nil
 }
 
 // flushLocked writes the cork buffer and gives it back to the pool.
-func (c *Conn) flushLocked() error {
-	w := &c.wr
+func (w *writeState) flushLocked() error {
 	if w.buf == nil {
 		return nil
 	}
 	var err error
 	if len(*w.buf) > 0 && w.err == nil {
-		_, err = c.netWrite(*w.buf)
+		_, err = w.netWrite(*w.buf)
 	}
 	w.releaseBuffer()
-	return c.writeFailed(err)
+	return w.failed(err)
 }
 
 // releaseBuffer gives the cork buffer back.
@@ -340,19 +351,21 @@ func (w *writeState) releaseBuffer() {
 
 // netWrite writes p to the connection's transport, the only place gust
 // does once the handshake is over; the caller holds the write lock.
-func (c *Conn) netWrite(p []byte) (int, error) {
-	if u := c.wr.unsent; u != 0 && len(p) > 1<<u {
-		c.raiseUnsent(len(p))
+func (w *writeState) netWrite(p []byte) (int, error) {
+	c := w.conn()
+	if u := w.unsent; u != 0 && len(p) > 1<<u {
+		w.raiseUnsent(len(p))
 	}
-	if w := &c.wr; w.noWait || w.backlog != nil {
-		return c.netWriteBacklog(p)
+	if w := w; w.noWait || w.backlog != nil {
+		return w.netWriteBacklog(p)
 	}
 	return c.tr.write(p, false)
 }
 
-// setWriteDeadline is SetWriteDeadline: it applies t at once, which ends a
+// setDeadline is SetWriteDeadline: it applies t at once, which ends a
 // write blocked now, and records it for netWrite.
-func (c *Conn) setWriteDeadline(t time.Time) error {
+func (w *writeState) setDeadline(t time.Time) error {
+	c := w.conn()
 	if c.conn == nil {
 		return errClosed
 	}
@@ -360,22 +373,23 @@ func (c *Conn) setWriteDeadline(t time.Time) error {
 	if !t.IsZero() {
 		ns = t.UnixNano()
 	}
-	c.wr.userDeadline.Store(ns)
-	c.wr.userChanged.Store(true)
+	w.userDeadline.Store(ns)
+	w.userChanged.Store(true)
 	return c.conn.SetWriteDeadline(t)
 }
 
-// writeFailed makes a write error sticky and ends the connection: a frame
+// failed makes a write error sticky and ends the connection: a frame
 // cut in the middle leaves the stream unusable.
-func (c *Conn) writeFailed(err error) error {
+func (w *writeState) failed(err error) error {
+	c := w.conn()
 	if err == nil {
 		return nil
 	}
 	if errors.Is(err, os.ErrDeadlineExceeded) && c.cfg.WriteTimeout > 0 {
 		err = fmt.Errorf("gust: write made no progress within the write timeout (%v): %w", c.cfg.WriteTimeout, err)
 	}
-	if c.wr.err == nil {
-		c.wr.err = err
+	if w.err == nil {
+		w.err = err
 	}
 	c.abort(err)
 	return err
@@ -383,21 +397,20 @@ func (c *Conn) writeFailed(err error) error {
 
 // flushEarlyLocked flushes the cork buffer once it holds earlyFlushSize
 // bytes, the first time in a batch that asked for it (writeState.early).
-func (c *Conn) flushEarlyLocked() error {
-	w := &c.wr
+func (w *writeState) flushEarlyLocked() error {
 	if !w.early || len(*w.buf) < earlyFlushSize {
 		return nil
 	}
 	w.early = false
-	return c.flushLocked()
+	return w.flushLocked()
 }
 
 // batchLocked runs write with the write lock held and the writes corked,
 // then flushes them in one system call, unless the read goroutine has corked
 // the connection: it flushes before its next read. It returns the flush's
 // error.
-func (c *Conn) batchLocked(write func()) error {
-	w := &c.wr
+func (w *writeState) batchLocked(write func()) error {
+	c := w.conn()
 	wasCorked := w.corked
 	w.corked = true
 	write()
@@ -406,7 +419,7 @@ func (c *Conn) batchLocked(write func()) error {
 		return nil
 	}
 	c.deflate.EndBatch()
-	return c.flushLocked()
+	return w.flushLocked()
 }
 
 // Corking: writes made while the read goroutine dispatches what one read
@@ -422,22 +435,23 @@ func (c *Conn) batchLocked(write func()) error {
 // It never waits for the write lock there: a goroutine holding it may be
 // waiting for the socket, so it reports false, and the loop hands the
 // connection, and the bytes it read, to a goroutine instead (handOff).
-func (c *Conn) cork(early bool) bool {
+func (w *writeState) cork(early bool) bool {
+	c := w.conn()
 	loop := c.rd.loop
 	if c.parallel != nil && !loop {
 		return true
 	}
 	if !loop {
-		c.wr.mu.Lock()
-	} else if !c.wr.mu.TryLock() {
+		w.mu.Lock()
+	} else if !w.mu.TryLock() {
 		return false
 	}
 	if c.parallel == nil {
-		c.wr.corked = true
-		c.wr.early = early
+		w.corked = true
+		w.early = early
 	}
-	c.wr.noWait = loop
-	c.wr.mu.Unlock()
+	w.noWait = loop
+	w.mu.Unlock()
 	c.rd.uncorkDue = true
 	return true
 }
@@ -446,25 +460,26 @@ func (c *Conn) cork(early bool) bool {
 // blocking read. On an event loop, what the socket does not take stays in
 // the backlog, and the connection goes to a goroutine that writes it
 // (handOff).
-func (c *Conn) uncork() (yield, error) {
+func (w *writeState) uncork() (yield, error) {
+	c := w.conn()
 	if !c.rd.uncorkDue {
 		return goOn, nil
 	}
 	if !c.rd.loop {
-		c.wr.mu.Lock()
-	} else if !c.wr.mu.TryLock() {
+		w.mu.Lock()
+	} else if !w.mu.TryLock() {
 		return handOff, nil // stays corked: the goroutine flushes
 	}
 	c.rd.uncorkDue = false
-	c.wr.corked, c.wr.early = false, false
+	w.corked, w.early = false, false
 	c.deflate.EndBatch()
-	err := c.flushLocked()
-	c.wr.noWait = false
+	err := w.flushLocked()
+	w.noWait = false
 	if err == nil && !c.rd.loop {
-		err = c.writeFailed(c.writeBacklogLocked())
+		err = w.failed(w.backlogLocked())
 	}
-	backlog := c.wr.backlog != nil
-	c.wr.mu.Unlock()
+	backlog := w.backlog != nil
+	w.mu.Unlock()
 	if err == nil && backlog {
 		return handOff, nil
 	}

@@ -14,8 +14,8 @@ import (
 // waitStreamLocked waits, releasing the write lock meanwhile, until no
 // NextWriter is open or the connection has ended: a data message may not go
 // between the fragments of another (RFC 6455 §5.4).
-func (c *Conn) waitStreamLocked() {
-	w := &c.wr
+func (w *writeState) waitStreamLocked() {
+	c := w.conn()
 	for w.writerOpen.Load() && !c.closing.has(closeEnded) {
 		if w.writerEnd == nil {
 			w.writerEnd = sync.NewCond(&w.mu)
@@ -52,8 +52,8 @@ func (c *Conn) NextWriter(op Opcode) (io.WriteCloser, error) {
 	}
 	w := &c.wr
 	w.mu.Lock()
-	c.waitStreamLocked()
-	if err := c.writableLocked(); err != nil {
+	c.wr.waitStreamLocked()
+	if err := c.wr.writableLocked(); err != nil {
 		w.mu.Unlock()
 		return nil, err
 	}
@@ -182,12 +182,12 @@ func (mw *messageWriter) sendFrame(final bool) error {
 	w := &c.wr
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if err := c.writableLocked(); err != nil {
+	if err := c.wr.writableLocked(); err != nil {
 		mw.err = err
 		return err
 	}
 	if w.pingDue.CompareAndSwap(true, false) {
-		if err := c.writeFrameLocked(opPing, nil); err != nil {
+		if err := c.wr.frameLocked(opPing, nil); err != nil {
 			mw.err = err
 			return err
 		}
@@ -205,7 +205,7 @@ func (mw *messageWriter) sendFrame(final bool) error {
 	hn := putHeader(w.hdr[:], op, len(p), !c.server, key)
 	start := maxHeaderSize - hn
 	copy((*mw.buf)[start:], w.hdr[:hn])
-	if err := c.writeEncodedLocked((*mw.buf)[start : maxHeaderSize+mw.n]); err != nil {
+	if err := c.wr.encodedLocked((*mw.buf)[start : maxHeaderSize+mw.n]); err != nil {
 		mw.err = err
 		return err
 	}
