@@ -284,7 +284,7 @@ func (c *Conn) finish(err error) {
 		}
 	}
 	if c.tracker != nil {
-		defer c.tracker.forget(c) // after OnClose: Shutdown waits for it
+		defer c.tracker.Forget(c) // after OnClose: Shutdown waits for it
 	}
 	c.reportClose(err, sent)
 	c.callOnClose(err)

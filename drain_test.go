@@ -516,31 +516,6 @@ func TestDrainReachesAHandshakeInProgress(t *testing.T) {
 	})
 }
 
-// TestPlanClosesIsUniform: the times a drain draws are sorted, within the
-// window, and spread evenly over it (each tenth of the window holds a
-// tenth of them, within 6.5 standard deviations).
-func TestPlanClosesIsUniform(t *testing.T) {
-	t.Parallel()
-	const n, window = 10000, 10 * time.Second
-	plan := make([]plannedClose, n)
-	planCloses(plan, window)
-	var buckets [10]int
-	for i, p := range plan {
-		require.GreaterOrEqual(t, p.at, time.Duration(0))
-		require.Less(t, p.at, window)
-		if i > 0 {
-			require.GreaterOrEqual(t, p.at, plan[i-1].at, "in time order")
-		}
-		buckets[p.at*10/window]++
-	}
-	for i, b := range buckets {
-		require.InDelta(t, n/10, b, 200, "tenth %d of the window holds %d of %d: %v", i, b, n, buckets)
-	}
-	none := make([]plannedClose, 3)
-	planCloses(none, 0)
-	require.Equal(t, make([]plannedClose, 3), none, "no window: all at once")
-}
-
 // TestZeroDrain: Drain on a zero Upgrader or Server has nothing to wait
 // for, and leaves it refusing.
 func TestZeroDrain(t *testing.T) {

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gustws/gust/internal/track"
 )
 
 // What the tests reach inside the package, on every system; the Linux-only
@@ -46,15 +48,15 @@ func hookDrain(t testing.TB, u *Upgrader, f func(c *Conn, at time.Duration)) {
 	h := &drainHooks
 	h.once.Do(func() {
 		h.m = make(map[*tracker]func(*Conn, time.Duration))
-		hook := func(tr *tracker, c *Conn, at time.Duration) {
+		hook := func(tr, c any, at time.Duration) {
 			h.mu.Lock()
-			f := h.m[tr]
+			f := h.m[tr.(*tracker)]
 			h.mu.Unlock()
 			if f != nil {
-				f(c, at)
+				f(c.(*Conn), at)
 			}
 		}
-		drainHook.Store(&hook)
+		track.DrainHook.Store(&hook)
 	})
 	h.mu.Lock()
 	h.m[&u.track] = f
@@ -70,11 +72,11 @@ func hookDrain(t testing.TB, u *Upgrader, f func(c *Conn, at time.Duration)) {
 // connections refuse writes, before it sends their close frames, until the
 // test ends.
 func hookShutdown(t testing.TB, u *Upgrader, f func()) {
-	hook := func(tr *tracker) {
+	hook := func(tr any) {
 		if tr == &u.track {
 			f()
 		}
 	}
-	old := shutdownHook.Swap(&hook)
-	t.Cleanup(func() { shutdownHook.Store(old) })
+	old := track.ShutdownHook.Swap(&hook)
+	t.Cleanup(func() { track.ShutdownHook.Store(old) })
 }

@@ -211,7 +211,7 @@ func (c *Conn) reportClose(err error, sent StatusCode) {
 	if m == nil && !debug {
 		return
 	}
-	code, cause := closeCause(err, sent, c.tracker != nil && c.tracker.sentByShutdown(sent))
+	code, cause := closeCause(err, sent, c.tracker != nil && c.tracker.SentByShutdown(uint16(sent)))
 	if m != nil {
 		m.Closed(c, code, cause)
 	}

@@ -552,10 +552,7 @@ func TestOnRequestRefusalsLeaveNothing(t *testing.T) {
 		require.True(t, assertEventually(5*time.Second, func() bool {
 			return runtime.NumGoroutine() <= goroutines && countFDs(t) <= fds
 		}), "goroutines %d → %d, descriptors %d → %d", goroutines, runtime.NumGoroutine(), fds, countFDs(t))
-		u.track.mu.Lock()
-		tracked := len(u.track.conns)
-		u.track.mu.Unlock()
-		require.Zero(t, tracked)
+		require.Zero(t, u.track.Len())
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		require.NoError(t, u.Shutdown(ctx), "no connection, no place left reserved")

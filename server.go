@@ -73,7 +73,7 @@ func (s *Server) config() *config {
 
 // ListenAndServe listens on the TCP address addr and calls Serve.
 func (s *Server) ListenAndServe(addr string) error {
-	if s.Upgrader.track.closing.Load() {
+	if s.Upgrader.track.Closing() {
 		return ErrServerClosed
 	}
 	ln, err := net.Listen("tcp", addr)
@@ -85,7 +85,7 @@ func (s *Server) ListenAndServe(addr string) error {
 
 // ListenAndServeTLS listens on the TCP address addr and calls ServeTLS.
 func (s *Server) ListenAndServeTLS(addr, certFile, keyFile string) error {
-	if s.Upgrader.track.closing.Load() {
+	if s.Upgrader.track.Closing() {
 		return ErrServerClosed
 	}
 	cfg, err := s.tlsConfig(certFile, keyFile)
@@ -143,7 +143,7 @@ func (s *Server) tlsConfig(certFile, keyFile string) (*tls.Config, error) {
 func (s *Server) Serve(ln net.Listener) error {
 	cfg := s.config()
 	s.mu.Lock()
-	if s.Upgrader.track.closing.Load() {
+	if s.Upgrader.track.Closing() {
 		s.mu.Unlock()
 		ln.Close()
 		return ErrServerClosed
@@ -165,7 +165,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
-			if s.Upgrader.track.closing.Load() {
+			if s.Upgrader.track.Closing() {
 				return ErrServerClosed
 			}
 			var ne net.Error
@@ -179,7 +179,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			return err
 		}
 		pause = 0
-		if !s.Upgrader.track.begin() { // Shutdown or Close came between Accept and here
+		if !s.Upgrader.track.Begin() { // Shutdown or Close came between Accept and here
 			nc.Close()
 			return ErrServerClosed
 		}
@@ -204,10 +204,10 @@ func (s *Server) serveConn(nc net.Conn) {
 // handshake meanwhile.
 func (s *Server) run(nc net.Conn, handshake func(net.Conn) (c *Conn, plain net.Conn)) {
 	s.mu.Lock()
-	if s.Upgrader.track.closing.Load() {
+	if s.Upgrader.track.Closing() {
 		s.mu.Unlock()
 		nc.Close()
-		s.Upgrader.track.end()
+		s.Upgrader.track.End()
 		return
 	}
 	s.pending[nc] = struct{}{}
@@ -219,16 +219,19 @@ func (s *Server) run(nc net.Conn, handshake func(net.Conn) (c *Conn, plain net.C
 	delete(s.pending, nc)
 	s.mu.Unlock()
 	if plain != nil { // no WebSocket: net/http's from here on
-		s.Upgrader.track.end()
+		s.Upgrader.track.End()
 		s.serveHTTP(plain)
 		return
 	}
 	if c == nil {
 		nc.Close()
-		s.Upgrader.track.end()
+		s.Upgrader.track.End()
 		return
 	}
-	if s.Upgrader.track.add(c) { // sends 1001 first if a shutdown has started
+	// Set before Add, which may cut c: c's end forgets it from c.tracker.
+	// Add sends 1001 first if a shutdown has started.
+	c.tracker = &s.Upgrader.track
+	if s.Upgrader.track.Add(c) {
 		c.ReadLoop()
 	}
 }
@@ -239,7 +242,7 @@ func (s *Server) run(nc net.Conn, handshake func(net.Conn) (c *Conn, plain net.C
 func (s *Server) commit(nc net.Conn) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.Upgrader.track.closing.Load() {
+	if s.Upgrader.track.Closing() {
 		return false
 	}
 	delete(s.pending, nc)
@@ -304,7 +307,7 @@ func (s *Server) handshake(nc net.Conn) (c *Conn, plain net.Conn) {
 // the bytes that followed the request's head; nil when nc must be closed.
 func (s *Server) upgrade(nc net.Conn, r *http.Request, deadline time.Time, after, scratch []byte) *Conn {
 	cfg := s.config()
-	if s.Upgrader.track.draining.Load() {
+	if s.Upgrader.track.Draining() {
 		herr := drainRefusal()
 		writeRefusal(nc, herr)
 		cfg.reportHandshake(herr.Status)
@@ -372,15 +375,15 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 // shutdown is Shutdown with the close frame's code and reason (none for
-// code 0: tracker.shutdownWith).
+// code 0: tracker.Shutdown).
 func (s *Server) shutdown(ctx context.Context, code StatusCode, reason string) error {
 	hs := s.stopAccepting()
 	if hs == nil {
-		return s.Upgrader.track.shutdownWith(ctx, code, reason)
+		return s.Upgrader.track.Shutdown(ctx, uint16(code), reason)
 	}
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- hs.shutdown(ctx) }()
-	err := s.Upgrader.track.shutdownWith(ctx, code, reason)
+	err := s.Upgrader.track.Shutdown(ctx, uint16(code), reason)
 	if herr := <-httpDone; err == nil {
 		err = herr
 	}
@@ -402,9 +405,9 @@ func (s *Server) Drain(ctx context.Context, window time.Duration, code StatusCod
 	if err != nil {
 		return err
 	}
-	err = s.Upgrader.track.drain(ctx, window, code)
+	err = s.Upgrader.track.Drain(ctx, window, uint16(code), drainReason)
 	if err == nil {
-		err = s.Upgrader.track.waitEmpty(ctx) // still accepting: the health route answers
+		err = s.Upgrader.track.WaitEmpty(ctx) // still accepting: the health route answers
 	}
 	if err != nil {
 		s.Close()
@@ -424,7 +427,7 @@ func (s *Server) Close() error {
 	if hs := s.stopAccepting(); hs != nil {
 		hs.close()
 	}
-	s.Upgrader.track.close()
+	s.Upgrader.track.Close()
 	return nil
 }
 
@@ -432,7 +435,7 @@ func (s *Server) Close() error {
 // Setting closing first makes Serve, serveConn and serveHTTP, which check
 // it under mu, start nothing new. It returns HTTPHandler's server, if any.
 func (s *Server) stopAccepting() *httpSide {
-	s.Upgrader.track.startClosing()
+	s.Upgrader.track.StartClosing()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for ln := range s.listeners {

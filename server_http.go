@@ -37,7 +37,7 @@ type tlsStateKey struct{}
 // net/http. Once a shutdown has started, it closes nc instead.
 func (s *Server) serveHTTP(nc net.Conn) {
 	s.mu.Lock()
-	if s.Upgrader.track.closing.Load() {
+	if s.Upgrader.track.Closing() {
 		s.mu.Unlock()
 		nc.Close()
 		return
@@ -67,13 +67,13 @@ func (s *Server) takeUpgrades(h http.Handler) http.Handler {
 // the same checks and answer, the bytes net/http had read after the head
 // kept, onto an event loop in netpoll mode, covered by Shutdown.
 func (s *Server) upgradeHijacked(w http.ResponseWriter, r *http.Request) {
-	if !s.Upgrader.track.begin() {
+	if !s.Upgrader.track.Begin() {
 		refuseShuttingDown(w)
 		return
 	}
 	nc, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
-		s.Upgrader.track.end()
+		s.Upgrader.track.End()
 		http.Error(w, "cannot take over the connection", http.StatusInternalServerError)
 		return
 	}

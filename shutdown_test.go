@@ -245,58 +245,6 @@ func TestServerShutdownCoversItsUpgrade(t *testing.T) {
 	require.Equal(t, StatusGoingAway, CloseStatus(h.waitClose(t)))
 }
 
-// TestTrackerKeepsEveryConnUntilForgotten: the tracker's slice holds each
-// tracked Conn once, whatever order they leave in, and gives back the room
-// a crowd that left used.
-func TestTrackerKeepsEveryConnUntilForgotten(t *testing.T) {
-	t.Parallel()
-	var tr tracker
-	conns := make([]*Conn, 1000)
-	for i := range conns {
-		conns[i] = &Conn{}
-		require.True(t, tr.begin())
-		require.True(t, tr.add(conns[i]))
-	}
-	want := map[*Conn]bool{}
-	for _, c := range conns {
-		want[c] = true
-	}
-	check := func() {
-		tr.mu.Lock()
-		got := tr.snapshotLocked()
-		for i, c := range tr.conns {
-			require.Equal(t, int32(i), c.trackAt)
-		}
-		tr.mu.Unlock()
-		require.Len(t, got, len(want))
-		for _, c := range got {
-			require.True(t, want[c])
-		}
-	}
-	check()
-	// Leave from the middle, the front and the back, and twice.
-	for _, i := range []int{500, 0, 999, 1, 998, 250, 750} {
-		tr.forget(conns[i])
-		delete(want, conns[i])
-		check()
-	}
-	for i := 2; i < 990; i++ {
-		if want[conns[i]] {
-			tr.forget(conns[i])
-			delete(want, conns[i])
-		}
-	}
-	check()
-	tr.mu.Lock()
-	require.Less(t, cap(tr.conns), 1000/2, "the slice shrinks once most have left")
-	tr.mu.Unlock()
-	for c := range want {
-		tr.forget(c)
-	}
-	tr.wg.Wait() // every place begin reserved was given back
-	require.Empty(t, tr.conns)
-}
-
 // From Shutdown's start, a connection refuses writes as it will once its
 // close frame is out, though the goroutines that send the close frames have
 // not reached it yet: what the first to leave make their handlers send the

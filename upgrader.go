@@ -128,16 +128,16 @@ func (u *Upgrader) Upgrade(w http.ResponseWriter, r *http.Request) (c *Conn, err
 	if m := u.config().Metrics; m != nil {
 		defer func() { m.Handshake(upgradeStatus(r, c, err)) }()
 	}
-	if u.track.draining.Load() {
+	if u.track.Draining() {
 		return nil, refuseDraining(w)
 	}
-	if !u.track.begin() {
+	if !u.track.Begin() {
 		return nil, refuseShuttingDown(w)
 	}
 	made := false
 	defer func() {
 		if !made { // refused, failed, or OnRequest panicked with DisableRecovery set
-			u.track.end()
+			u.track.End()
 		}
 	}()
 	c, err = u.upgrade(w, r)
@@ -145,7 +145,8 @@ func (u *Upgrader) Upgrade(w http.ResponseWriter, r *http.Request) (c *Conn, err
 		return nil, err
 	}
 	made = true
-	if !u.track.add(c) {
+	c.tracker = &u.track // before Add, which may cut c: c's end forgets it from there
+	if !u.track.Add(c) {
 		return nil, fmt.Errorf("gust: upgrade: %w", ErrServerClosed)
 	}
 	return c, nil
