@@ -128,9 +128,9 @@ func dial(ctx context.Context, rawURL string, h Event, opts *DialOptions) (*Conn
 	if err != nil {
 		return nil, nil, err
 	}
-	u, err := parseWebSocketURL(rawURL)
+	u, err := handshake.ParseURL(rawURL)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("gust: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.HandshakeTimeout)
 	defer cancel()
@@ -218,41 +218,10 @@ func newDialer(opts *DialOptions) (*dialer, error) {
 	return d, nil
 }
 
-// parseWebSocketURL checks a ws:// or wss:// URL (RFC 6455 §3).
-func parseWebSocketURL(rawURL string) (*url.URL, error) {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return nil, fmt.Errorf("gust: %w", err)
-	}
-	u.Scheme = strings.ToLower(u.Scheme)
-	switch {
-	case u.Scheme != "ws" && u.Scheme != "wss":
-		return nil, fmt.Errorf("gust: URL scheme must be ws or wss, not %q", u.Scheme)
-	case u.Opaque != "" || u.Host == "" || u.Hostname() == "":
-		return nil, fmt.Errorf("gust: URL %q has no host", u.Redacted())
-	case strings.Contains(rawURL, "#"):
-		return nil, fmt.Errorf("gust: URL %q has a fragment, which RFC 6455 forbids", u.Redacted())
-	}
-	return u, nil
-}
-
-// hostPort is the address to connect to for u, with the scheme's default
-// port.
-func hostPort(u *url.URL) string {
-	port := u.Port()
-	if port == "" {
-		port = "80"
-		if u.Scheme == "wss" {
-			port = "443"
-		}
-	}
-	return net.JoinHostPort(u.Hostname(), port)
-}
-
 // connect opens the network connection: to the proxy, if one applies, or
 // to the server. It returns the address of the server.
 func (d *dialer) connect(ctx context.Context, u *url.URL) (nc net.Conn, target string, proxyURL *url.URL, err error) {
-	target = hostPort(u)
+	target = handshake.HostPort(u)
 	if d.proxy != nil {
 		pu := *u
 		pu.Scheme = "http"
