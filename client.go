@@ -170,12 +170,6 @@ type dialer struct {
 	http2    bool   // offer h2 in TLS ALPN and try RFC 8441
 }
 
-// reservedHeaders are the request headers the handshake writes itself.
-var reservedHeaders = []string{
-	"Upgrade", "Connection", "Sec-Websocket-Key", "Sec-Websocket-Version",
-	"Sec-Websocket-Extensions", "Sec-Websocket-Protocol",
-}
-
 func newDialer(opts *DialOptions) (*dialer, error) {
 	if opts == nil {
 		opts = &DialOptions{}
@@ -192,10 +186,8 @@ func newDialer(opts *DialOptions) (*dialer, error) {
 			return nil, fmt.Errorf("gust: invalid request header name %q", name)
 		}
 		key := http.CanonicalHeaderKey(name)
-		for _, r := range reservedHeaders {
-			if key == r {
-				return nil, fmt.Errorf("gust: request header %s is set by the handshake itself; use DialOptions.Subprotocols and Options.Compression", key)
-			}
+		if handshake.ClientOwn(key) {
+			return nil, fmt.Errorf("gust: request header %s is set by the handshake itself; use DialOptions.Subprotocols and Options.Compression", key)
 		}
 		if key == "Host" {
 			if len(values) != 1 || values[0] == "" || strings.ContainsAny(values[0], "\r\n\x00 ") {

@@ -117,6 +117,10 @@ var writtenFields = map[string]bool{
 	"Sec-Websocket-Protocol": true, "Sec-Websocket-Extensions": true,
 }
 
+// ClientOwn reports whether the handshake request writes the field name
+// itself, so that the application may not set it.
+func ClientOwn(name string) bool { return writtenFields[http.CanonicalHeaderKey(name)] }
+
 // CheckResponse checks the Upgrade, Connection and Sec-WebSocket-Accept
 // fields of a 101 answer to the handshake of key (RFC 6455 §4.1).
 func CheckResponse(h http.Header, key string) error {

@@ -192,3 +192,14 @@ func TestHostPort(t *testing.T) {
 		require.Equal(t, want, HostPort(u), raw)
 	}
 }
+
+func TestClientOwn(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"Upgrade", "connection", "Sec-WebSocket-Key", "SEC-WEBSOCKET-VERSION",
+		"Sec-WebSocket-Protocol", "sec-websocket-extensions"} {
+		require.True(t, ClientOwn(name), name)
+	}
+	for _, name := range []string{"Host", "Authorization", "Origin", "Sec-WebSocket-Accept", "Cookie"} {
+		require.False(t, ClientOwn(name), name)
+	}
+}
