@@ -128,9 +128,9 @@ func dial(ctx context.Context, rawURL string, h Event, opts *DialOptions) (*Conn
 	if err != nil {
 		return nil, nil, err
 	}
-	u, err := parseWebSocketURL(rawURL)
+	u, err := handshake.ParseURL(rawURL)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("gust: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.HandshakeTimeout)
 	defer cancel()
@@ -170,12 +170,6 @@ type dialer struct {
 	http2    bool   // offer h2 in TLS ALPN and try RFC 8441
 }
 
-// reservedHeaders are the request headers the handshake writes itself.
-var reservedHeaders = []string{
-	"Upgrade", "Connection", "Sec-Websocket-Key", "Sec-Websocket-Version",
-	"Sec-Websocket-Extensions", "Sec-Websocket-Protocol",
-}
-
 func newDialer(opts *DialOptions) (*dialer, error) {
 	if opts == nil {
 		opts = &DialOptions{}
@@ -192,10 +186,8 @@ func newDialer(opts *DialOptions) (*dialer, error) {
 			return nil, fmt.Errorf("gust: invalid request header name %q", name)
 		}
 		key := http.CanonicalHeaderKey(name)
-		for _, r := range reservedHeaders {
-			if key == r {
-				return nil, fmt.Errorf("gust: request header %s is set by the handshake itself; use DialOptions.Subprotocols and Options.Compression", key)
-			}
+		if handshake.ClientOwn(key) {
+			return nil, fmt.Errorf("gust: request header %s is set by the handshake itself; use DialOptions.Subprotocols and Options.Compression", key)
 		}
 		if key == "Host" {
 			if len(values) != 1 || values[0] == "" || strings.ContainsAny(values[0], "\r\n\x00 ") {
@@ -218,41 +210,10 @@ func newDialer(opts *DialOptions) (*dialer, error) {
 	return d, nil
 }
 
-// parseWebSocketURL checks a ws:// or wss:// URL (RFC 6455 §3).
-func parseWebSocketURL(rawURL string) (*url.URL, error) {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return nil, fmt.Errorf("gust: %w", err)
-	}
-	u.Scheme = strings.ToLower(u.Scheme)
-	switch {
-	case u.Scheme != "ws" && u.Scheme != "wss":
-		return nil, fmt.Errorf("gust: URL scheme must be ws or wss, not %q", u.Scheme)
-	case u.Opaque != "" || u.Host == "" || u.Hostname() == "":
-		return nil, fmt.Errorf("gust: URL %q has no host", u.Redacted())
-	case strings.Contains(rawURL, "#"):
-		return nil, fmt.Errorf("gust: URL %q has a fragment, which RFC 6455 forbids", u.Redacted())
-	}
-	return u, nil
-}
-
-// hostPort is the address to connect to for u, with the scheme's default
-// port.
-func hostPort(u *url.URL) string {
-	port := u.Port()
-	if port == "" {
-		port = "80"
-		if u.Scheme == "wss" {
-			port = "443"
-		}
-	}
-	return net.JoinHostPort(u.Hostname(), port)
-}
-
 // connect opens the network connection: to the proxy, if one applies, or
 // to the server. It returns the address of the server.
 func (d *dialer) connect(ctx context.Context, u *url.URL) (nc net.Conn, target string, proxyURL *url.URL, err error) {
-	target = hostPort(u)
+	target = handshake.HostPort(u)
 	if d.proxy != nil {
 		pu := *u
 		pu.Scheme = "http"

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/gustws/gust/internal/h2conn"
+	"github.com/gustws/gust/internal/handshake"
 	"github.com/stretchr/testify/require"
 )
 
@@ -322,7 +323,7 @@ func TestDialH2FallsBackWithoutExtendedConnect(t *testing.T) {
 	ctx := testContext(t)
 	d, err := newDialer(opts)
 	require.NoError(t, err)
-	wsURL, err := parseWebSocketURL("wss://" + addr + "/")
+	wsURL, err := handshake.ParseURL("wss://" + addr + "/")
 	require.NoError(t, err)
 	raw, target, _, err := d.connect(ctx, wsURL)
 	require.NoError(t, err)

@@ -256,7 +256,7 @@ func (c *Conn) finish(err error) {
 	c.stopHeartbeat()
 	c.unpark()
 	c.closeNet()
-	c.pings.end()
+	c.pings.End()
 	c.wr.mu.Lock()
 	c.closing.take(closeEnded)
 	if c.wr.writerEnd != nil {

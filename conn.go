@@ -13,6 +13,7 @@ import (
 
 	"github.com/gustws/gust/internal/bufpool"
 	"github.com/gustws/gust/internal/deflate"
+	"github.com/gustws/gust/internal/pingwait"
 )
 
 // Conn is a WebSocket connection, on the server or the client side. Conns
@@ -48,8 +49,8 @@ type Conn struct {
 	trackAt int32      // its index in tracker.conns, under the tracker's lock
 	closing closeState // how far it has got in ending, and why (close.go)
 
-	pings pingSet    // Pings waiting for their pongs
-	hb    *heartbeat // its place in the heartbeats' wheel while ReadLoop runs, if Options.PingInterval is set
+	pings pingwait.Set // Pings waiting for their pongs
+	hb    *heartbeat   // its place in the heartbeats' wheel while ReadLoop runs, if Options.PingInterval is set
 
 	parallel chan struct{}  // semaphore for parallel OnMessage calls
 	inflight sync.WaitGroup // parallel OnMessage calls and the outbox writer

@@ -2,13 +2,13 @@ package gust
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"net"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/gustws/gust/internal/pingwait"
 	"github.com/stretchr/testify/require"
 )
 
@@ -30,7 +30,7 @@ func TestPingRTT(t *testing.T) {
 		require.Positive(t, rtt)
 		require.Less(t, rtt, 5*time.Second)
 	}
-	require.Len(t, <-pongs, pingPayloadSize, "OnPong sees the pong a Ping waited for")
+	require.Len(t, <-pongs, pingwait.PayloadSize, "OnPong sees the pong a Ping waited for")
 }
 
 func TestPingConcurrent(t *testing.T) {
@@ -52,10 +52,7 @@ func TestPingConcurrent(t *testing.T) {
 	for err := range errs {
 		require.NoError(t, err)
 	}
-	pw := c.pings.p.Load()
-	pw.mu.Lock()
-	defer pw.mu.Unlock()
-	require.Empty(t, pw.wait, "every waiter is gone")
+	require.Zero(t, c.pings.Waiting(), "every waiter is gone")
 }
 
 // TestPingDeadline pings a raw peer that reads the ping but never answers:
@@ -77,14 +74,11 @@ func TestPingDeadline(t *testing.T) {
 	b0, p, err := rc.readFrame()
 	require.NoError(t, err)
 	require.Equal(t, byte(0x89), b0)
-	require.Len(t, p, pingPayloadSize)
+	require.Len(t, p, pingwait.PayloadSize)
 
 	rc.send(frame(0x8A, p))
 	require.Equal(t, string(p), <-pongs)
-	pw := c.pings.p.Load()
-	pw.mu.Lock()
-	require.Empty(t, pw.wait)
-	pw.mu.Unlock()
+	require.Zero(t, c.pings.Waiting())
 
 	_, err = c.Ping(ctx)
 	require.ErrorIs(t, err, context.DeadlineExceeded, "an ended ctx returns at once")
@@ -173,29 +167,4 @@ func TestPingFromReadGoroutine(t *testing.T) {
 			})
 		}
 	}
-}
-
-// A connection that never pinged holds no set of waiters, and once it has
-// ended a Ping fails at once.
-func TestPingSetIsMadeByTheFirstPing(t *testing.T) {
-	var ps pingSet
-	ps.pong(make([]byte, pingPayloadSize)) // a pong nobody waits for
-	require.Nil(t, ps.p.Load())
-	ch := make(chan time.Time, 1)
-	id, ok := ps.add(ch)
-	require.True(t, ok)
-	require.NotNil(t, ps.p.Load())
-	var p [pingPayloadSize]byte
-	binary.BigEndian.PutUint64(p[:], id)
-	ps.pong(p[:])
-	require.Len(t, ch, 1)
-	ps.end()
-	_, ok = ps.add(make(chan time.Time, 1))
-	require.False(t, ok)
-
-	var never pingSet
-	never.end()
-	_, ok = never.add(make(chan time.Time, 1))
-	require.False(t, ok, "a Ping after the end fails")
-	never.end() // twice is harmless
 }

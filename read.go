@@ -256,7 +256,7 @@ func (rd *readState) control(h *frameHeader) error {
 		rd.called = true
 		c.handler.OnPing(c, p)
 	case opPong:
-		c.pings.pong(p)
+		c.pings.Pong(p)
 		rd.called = true
 		c.handler.OnPong(c, p)
 	case opClose:

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"runtime/debug"
-	"strconv"
 	"time"
 
 	"github.com/gustws/gust/internal/handshake"
@@ -116,14 +115,7 @@ func writeRefusal(nc net.Conn, herr *HandshakeError) error {
 // respondRefusal answers herr through an Upgrader's ResponseWriter, its
 // fields replacing those of the same name in w, within timeout.
 func respondRefusal(w http.ResponseWriter, herr *HandshakeError, timeout time.Duration) {
-	h := w.Header()
-	for k, v := range herr.Header {
-		if !handshake.RefusalOwn(k) {
-			h[k] = v
-		}
-	}
-	h.Del("Transfer-Encoding")
-	h.Set("Content-Length", strconv.Itoa(len(herr.Body)))
+	handshake.SetRefusal(w.Header(), herr.Header, len(herr.Body))
 	rc := http.NewResponseController(w)
 	rc.SetWriteDeadline(time.Now().Add(timeout)) // ErrNotSupported: net/http's own timeouts apply
 	w.WriteHeader(herr.Status)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gustws/gust/internal/bufpool"
+	"github.com/gustws/gust/internal/handoff"
 	"github.com/gustws/gust/internal/handshake"
 	"github.com/gustws/gust/internal/netpoll"
 )
@@ -292,7 +293,7 @@ func (s *Server) handshake(nc net.Conn) (c *Conn, plain net.Conn) {
 		}
 	}
 	if s.HTTPHandler != nil && !handshake.HasToken(req.Header, "Upgrade", "websocket") {
-		return nil, newReadAheadConn(nc, (*buf)[:w])
+		return nil, handoff.NewConn(nc, (*buf)[:w])
 	}
 	r, herr := newHTTPRequest(req, nc)
 	if herr != nil {

@@ -5,13 +5,46 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 )
 
-// The client's side of the opening handshake (RFC 6455 §4.1): its request
-// and the checks of the server's answer.
+// The client's side of the opening handshake (RFC 6455 §4.1): its URL, its
+// request and the checks of the server's answer.
+
+// ParseURL checks a ws:// or wss:// URL (RFC 6455 §3).
+func ParseURL(rawURL string) (*url.URL, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	u.Scheme = strings.ToLower(u.Scheme)
+	switch {
+	case u.Scheme != "ws" && u.Scheme != "wss":
+		return nil, fmt.Errorf("URL scheme must be ws or wss, not %q", u.Scheme)
+	case u.Opaque != "" || u.Host == "" || u.Hostname() == "":
+		return nil, fmt.Errorf("URL %q has no host", u.Redacted())
+	case strings.Contains(rawURL, "#"):
+		return nil, fmt.Errorf("URL %q has a fragment, which RFC 6455 forbids", u.Redacted())
+	}
+	return u, nil
+}
+
+// HostPort is the address to connect to for u, with the scheme's default
+// port.
+func HostPort(u *url.URL) string {
+	port := u.Port()
+	if port == "" {
+		port = "80"
+		if u.Scheme == "wss" {
+			port = "443"
+		}
+	}
+	return net.JoinHostPort(u.Hostname(), port)
+}
 
 // NewKey returns a Sec-WebSocket-Key: 16 random bytes in base64.
 func NewKey() string {
@@ -83,6 +116,10 @@ var writtenFields = map[string]bool{
 	"Upgrade": true, "Connection": true, "Sec-Websocket-Key": true, "Sec-Websocket-Version": true,
 	"Sec-Websocket-Protocol": true, "Sec-Websocket-Extensions": true,
 }
+
+// ClientOwn reports whether the handshake request writes the field name
+// itself, so that the application may not set it.
+func ClientOwn(name string) bool { return writtenFields[http.CanonicalHeaderKey(name)] }
 
 // CheckResponse checks the Upgrade, Connection and Sec-WebSocket-Accept
 // fields of a 101 answer to the handshake of key (RFC 6455 §4.1).

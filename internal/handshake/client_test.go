@@ -153,3 +153,53 @@ func TestHandshakeRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "v2", p)
 }
+
+func TestParseURL(t *testing.T) {
+	t.Parallel()
+	u, err := ParseURL("WSS://user:pw@example.com:8443/chat?room=1")
+	require.NoError(t, err)
+	require.Equal(t, "wss", u.Scheme, "the scheme is lowered")
+	require.Equal(t, "example.com:8443", u.Host)
+	require.Equal(t, "/chat?room=1", u.RequestURI())
+
+	for _, tc := range []struct{ url, want string }{
+		{"http://example.com/", `URL scheme must be ws or wss, not "http"`},
+		{"ws:///path", `URL "ws:///path" has no host`},
+		{"ws://:80/", `URL "ws://:80/" has no host`},
+		{"ws:example.com", `URL "ws:example.com" has no host`},
+		{"ws://u:secret@example.com/#frag", `URL "ws://u:xxxxx@example.com/#frag" has a fragment, which RFC 6455 forbids`},
+		{"ws://example.com/#", `URL "ws://example.com/" has a fragment, which RFC 6455 forbids`},
+	} {
+		_, err := ParseURL(tc.url)
+		require.EqualError(t, err, tc.want, tc.url)
+	}
+	_, err = ParseURL("ws://example.com/%zz")
+	var ue *url.Error
+	require.ErrorAs(t, err, &ue, "url.Parse's error, as it is")
+}
+
+func TestHostPort(t *testing.T) {
+	t.Parallel()
+	for raw, want := range map[string]string{
+		"ws://example.com/":       "example.com:80",
+		"wss://example.com/":      "example.com:443",
+		"ws://example.com:8080/":  "example.com:8080",
+		"wss://[::1]/":            "[::1]:443",
+		"ws://[fe80::1%25eth0]:9": "[fe80::1%eth0]:9",
+	} {
+		u, err := ParseURL(raw)
+		require.NoError(t, err)
+		require.Equal(t, want, HostPort(u), raw)
+	}
+}
+
+func TestClientOwn(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"Upgrade", "connection", "Sec-WebSocket-Key", "SEC-WEBSOCKET-VERSION",
+		"Sec-WebSocket-Protocol", "sec-websocket-extensions"} {
+		require.True(t, ClientOwn(name), name)
+	}
+	for _, name := range []string{"Host", "Authorization", "Origin", "Sec-WebSocket-Accept", "Cookie"} {
+		require.False(t, ClientOwn(name), name)
+	}
+}

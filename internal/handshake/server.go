@@ -236,6 +236,20 @@ func SetResponse(h http.Header, subprotocol, extensions string, fields ...http.H
 	}
 }
 
+// SetRefusal makes h the header of a refusal answered through net/http:
+// the fields of fields that RefusalOwn does not report replace those of
+// the same name, Transfer-Encoding is removed and Content-Length is
+// bodyLen.
+func SetRefusal(h, fields http.Header, bodyLen int) {
+	for k, v := range fields {
+		if !RefusalOwn(k) {
+			h[k] = v
+		}
+	}
+	h.Del("Transfer-Encoding")
+	h.Set("Content-Length", strconv.Itoa(bodyLen))
+}
+
 // AppendError appends to b a complete HTTP error response with a text
 // body of reason, for a server that does not go through net/http: the
 // answer to a request that is not an acceptable handshake.

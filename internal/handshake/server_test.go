@@ -231,6 +231,22 @@ func TestSetResponse(t *testing.T) {
 	require.Empty(t, h)
 }
 
+func TestSetRefusal(t *testing.T) {
+	t.Parallel()
+	h := http.Header{"Set-Cookie": {"a=1"}, "X-Kept": {"1"}, "Transfer-Encoding": {"chunked"}, "Connection": {"keep-alive"}}
+	SetRefusal(h, http.Header{"Set-Cookie": {"b=2"}, "Retry-After": {"5"}, "Content-Length": {"99"}, "Connection": {"close"}}, 12)
+	require.Equal(t, http.Header{
+		"Set-Cookie":     {"b=2"},
+		"X-Kept":         {"1"},
+		"Retry-After":    {"5"},
+		"Content-Length": {"12"},
+		"Connection":     {"keep-alive"}, // net/http's to set
+	}, h)
+	h = http.Header{}
+	SetRefusal(h, nil, 0)
+	require.Equal(t, http.Header{"Content-Length": {"0"}}, h)
+}
+
 func TestAppendError(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, "HTTP/1.1 400 Bad Request\r\n"+
