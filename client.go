@@ -11,15 +11,13 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/gustws/gust/internal/deflate"
 	"github.com/gustws/gust/internal/h2conn"
 	"github.com/gustws/gust/internal/handshake"
-	"github.com/gustws/gust/internal/netpoll"
-	"github.com/gustws/gust/internal/proxy"
+	"github.com/gustws/gust/internal/netdial"
 )
 
 // DialOptions configures [Dial]. The zero value is valid, and a nil
@@ -135,16 +133,9 @@ func dial(ctx context.Context, rawURL string, h Event, opts *DialOptions) (*Conn
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.HandshakeTimeout)
 	defer cancel()
 
-	raw, target, proxyURL, err := d.connect(ctx, u)
+	nc, raw, release, err := d.net.Open(ctx, u)
 	if err != nil {
-		return nil, nil, dialFailed(ctx, err)
-	}
-	release := guard(ctx, raw)
-	nc, err := d.transport(ctx, raw, u, target, proxyURL)
-	if err != nil {
-		raw.Close()
-		release()
-		return nil, nil, dialFailed(ctx, err)
+		return nil, nil, err
 	}
 	if tc, ok := nc.(*tls.Conn); ok && tc.ConnectionState().NegotiatedProtocol == "h2" {
 		c, resp, err := d.handshakeH2(ctx, tc, u, h, release)
@@ -161,26 +152,24 @@ func dial(ctx context.Context, rawURL string, h Event, opts *DialOptions) (*Conn
 // dialer is DialOptions checked, with the defaults filled in.
 type dialer struct {
 	cfg      *config
-	header   http.Header
-	host     string // a Host header from DialOptions.Header, or ""
-	netDial  func(ctx context.Context, network, addr string) (net.Conn, error)
-	proxy    func(*http.Request) (*url.URL, error)
-	offer    string // Sec-WebSocket-Extensions, or ""
-	protocol string // Sec-WebSocket-Protocol, or ""
-	http2    bool   // offer h2 in TLS ALPN and try RFC 8441
+	net      netdial.Dialer // its Header is the handshake's, without Host
+	host     string         // a Host header from DialOptions.Header, or ""
+	offer    string         // Sec-WebSocket-Extensions, or ""
+	protocol string         // Sec-WebSocket-Protocol, or ""
 }
 
 func newDialer(opts *DialOptions) (*dialer, error) {
 	if opts == nil {
 		opts = &DialOptions{}
 	}
-	d := &dialer{cfg: newConfig(opts.Options, false), netDial: opts.NetDialContext, proxy: opts.Proxy, http2: opts.HTTP2}
+	d := &dialer{cfg: newConfig(opts.Options, false), net: netdial.Dialer{NetDial: opts.NetDialContext,
+		Proxy: opts.Proxy, TLSConfig: opts.TLSConfig, HTTP2: opts.HTTP2}}
 	d.cfg.withHandshake(opts.HandshakeTimeout, opts.MaxHeaderBytes)
 	d.cfg.Subprotocols, d.cfg.TLSConfig = opts.Subprotocols, opts.TLSConfig
-	if d.netDial == nil {
-		d.netDial = (&net.Dialer{}).DialContext
+	if d.net.NetDial == nil {
+		d.net.NetDial = (&net.Dialer{}).DialContext
 	}
-	d.header = make(http.Header, len(opts.Header))
+	d.net.Header = make(http.Header, len(opts.Header))
 	for name, values := range opts.Header {
 		if !handshake.ValidFieldName(name) {
 			return nil, fmt.Errorf("gust: invalid request header name %q", name)
@@ -196,7 +185,7 @@ func newDialer(opts *DialOptions) (*dialer, error) {
 			d.host = values[0]
 			continue
 		}
-		d.header[key] = append(d.header[key], values...)
+		d.net.Header[key] = append(d.net.Header[key], values...)
 	}
 	for _, p := range d.cfg.Subprotocols {
 		if !handshake.IsToken(p) {
@@ -210,98 +199,6 @@ func newDialer(opts *DialOptions) (*dialer, error) {
 	return d, nil
 }
 
-// connect opens the network connection: to the proxy, if one applies, or
-// to the server. It returns the address of the server.
-func (d *dialer) connect(ctx context.Context, u *url.URL) (nc net.Conn, target string, proxyURL *url.URL, err error) {
-	target = handshake.HostPort(u)
-	if d.proxy != nil {
-		pu := *u
-		pu.Scheme = "http"
-		if u.Scheme == "wss" {
-			pu.Scheme = "https"
-		}
-		req := &http.Request{Method: http.MethodGet, URL: &pu, Host: u.Host, Header: d.header,
-			Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1}
-		proxyURL, err = d.proxy(req.WithContext(ctx))
-		if err != nil {
-			return nil, "", nil, fmt.Errorf("choosing a proxy: %w", err)
-		}
-	}
-	addr := target
-	if proxyURL != nil {
-		if addr, err = proxy.Addr(proxyURL); err != nil {
-			return nil, "", nil, err
-		}
-	}
-	nc, err = d.netDial(ctx, "tcp", addr)
-	if err != nil {
-		return nil, "", nil, err
-	}
-	return nc, target, proxyURL, nil
-}
-
-// transport turns the network connection into the one the handshake runs
-// over: through the proxy's tunnel, then TLS for wss://.
-func (d *dialer) transport(ctx context.Context, nc net.Conn, u *url.URL, target string, proxyURL *url.URL) (net.Conn, error) {
-	if proxyURL != nil {
-		var err error
-		if nc, err = proxy.Tunnel(nc, proxyURL, target); err != nil {
-			return nil, err
-		}
-	}
-	if u.Scheme != "wss" {
-		return nc, nil
-	}
-	cfg := d.cfg.TLSConfig.Clone() // nil for nil
-	if cfg == nil {
-		cfg = &tls.Config{}
-	}
-	if cfg.ServerName == "" {
-		cfg.ServerName = u.Hostname()
-	}
-	// The handshake is HTTP/1.1 (RFC 6455), unless HTTP2 asks for RFC 8441.
-	cfg.NextProtos = []string{"http/1.1"}
-	if d.http2 {
-		cfg.NextProtos = []string{"h2", "http/1.1"}
-	}
-	// Over an Under, which the event loops can move to their socket, and
-	// which follows the records, for MessageTimeout.
-	tc := tls.Client(netpoll.Wrap(nc), cfg)
-	if err := tc.HandshakeContext(ctx); err != nil {
-		return nil, err
-	}
-	return tc, nil
-}
-
-// guard bounds I/O on nc by ctx: it sets ctx's deadline on nc and closes
-// nc if ctx is done first. The function it returns stops the guard and
-// clears the deadline, or reports ctx's error when the guard fired.
-func guard(ctx context.Context, nc net.Conn) func() error {
-	if dl, ok := ctx.Deadline(); ok {
-		nc.SetDeadline(dl)
-	}
-	stop := context.AfterFunc(ctx, func() { nc.Close() })
-	return func() error {
-		if !stop() {
-			return ctx.Err()
-		}
-		nc.SetDeadline(time.Time{})
-		return nil
-	}
-}
-
-// dialFailed adds ctx's error when ctx ended the dial.
-func dialFailed(ctx context.Context, err error) error {
-	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-		return fmt.Errorf("%w: %w", cerr, err)
-	}
-	if errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(err, context.DeadlineExceeded) {
-		// The only deadline on the connection is ctx's, and it just passed.
-		return fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
-	}
-	return err
-}
-
 // handshake sends the request over nc and reads the response. raw is the
 // network connection under nc (the same for a plain connection); release
 // ends the context guard on it.
@@ -310,10 +207,10 @@ func (d *dialer) handshake(ctx context.Context, nc, raw net.Conn, u *url.URL, h 
 		nc.Close()
 		raw.Close()
 		release()
-		return nil, resp, dialFailed(ctx, err)
+		return nil, resp, netdial.Failed(ctx, err)
 	}
 	key := handshake.NewKey()
-	req := handshake.ClientRequest(u, d.host, handshake.ClientFields(d.header, d.protocol, d.offer), key)
+	req := handshake.ClientRequest(u, d.host, handshake.ClientFields(d.net.Header, d.protocol, d.offer), key)
 	var buf bytes.Buffer
 	handshake.WriteRequest(&buf, req)
 	if _, err := nc.Write(buf.Bytes()); err != nil {
@@ -371,9 +268,9 @@ func (d *dialer) newConn(nc net.Conn, h Event, buffered []byte, subprotocol stri
 func (d *dialer) handshakeH2(ctx context.Context, tc *tls.Conn, u *url.URL, h Event, release func() error) (*Conn, *http.Response, error) {
 	if err := release(); err != nil {
 		tc.Close()
-		return nil, nil, dialFailed(ctx, err)
+		return nil, nil, netdial.Failed(ctx, err)
 	}
-	fields := handshake.ClientFields(d.header, d.protocol, d.offer)
+	fields := handshake.ClientFields(d.net.Header, d.protocol, d.offer)
 	s, resp, err := h2conn.Connect(ctx, tc, u, d.host, fields)
 	if errors.Is(err, h2conn.ErrNoExtendedConnect) || errors.Is(err, h2conn.ErrContentLength) {
 		return nil, nil, fmt.Errorf("%w: %w", errTryHTTP1, err)
@@ -391,7 +288,7 @@ func (d *dialer) handshakeH2(ctx context.Context, tc *tls.Conn, u *url.URL, h Ev
 		if s != nil {
 			s.Close()
 		}
-		return nil, resp, dialFailed(ctx, err)
+		return nil, resp, netdial.Failed(ctx, err)
 	}
 	return d.newConn(s, h, nil, subprotocol, params), resp, nil
 }
