@@ -1,7 +1,6 @@
 package gust
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -11,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"strings"
 	"time"
 
 	"github.com/gustws/gust/internal/deflate"
@@ -169,30 +167,13 @@ func newDialer(opts *DialOptions) (*dialer, error) {
 	if d.net.NetDial == nil {
 		d.net.NetDial = (&net.Dialer{}).DialContext
 	}
-	d.net.Header = make(http.Header, len(opts.Header))
-	for name, values := range opts.Header {
-		if !handshake.ValidFieldName(name) {
-			return nil, fmt.Errorf("gust: invalid request header name %q", name)
-		}
-		key := http.CanonicalHeaderKey(name)
-		if handshake.ClientOwn(key) {
-			return nil, fmt.Errorf("gust: request header %s is set by the handshake itself; use DialOptions.Subprotocols and Options.Compression", key)
-		}
-		if key == "Host" {
-			if len(values) != 1 || values[0] == "" || strings.ContainsAny(values[0], "\r\n\x00 ") {
-				return nil, fmt.Errorf("gust: invalid Host header %q", values)
-			}
-			d.host = values[0]
-			continue
-		}
-		d.net.Header[key] = append(d.net.Header[key], values...)
+	var err error
+	if d.net.Header, d.host, err = handshake.ClientHeader(opts.Header); err != nil {
+		return nil, fmt.Errorf("gust: %w", err)
 	}
-	for _, p := range d.cfg.Subprotocols {
-		if !handshake.IsToken(p) {
-			return nil, fmt.Errorf("gust: invalid subprotocol %q: it must be an HTTP token", p)
-		}
+	if d.protocol, err = handshake.SubprotocolOffer(d.cfg.Subprotocols); err != nil {
+		return nil, fmt.Errorf("gust: %w", err)
 	}
-	d.protocol = strings.Join(d.cfg.Subprotocols, ", ")
 	if d.cfg.deflate.Enabled {
 		d.offer = deflate.Offer(&d.cfg.deflate)
 	}
@@ -217,22 +198,12 @@ func (d *dialer) handshake(ctx context.Context, nc, raw net.Conn, u *url.URL, h 
 		return fail(nil, err)
 	}
 
-	// Read the head through a limit, so that a server cannot feed an
-	// endless header; the bytes bufio reads past the head are kept.
-	lr := &io.LimitedReader{R: nc, N: int64(d.cfg.MaxHeaderBytes)}
-	br := bufio.NewReaderSize(lr, 4096)
-	resp, err := http.ReadResponse(br, req)
+	resp, rest, err := handshake.ReadResponse(nc, req, d.cfg.MaxHeaderBytes, maxRefusalBody)
 	if err != nil {
-		if lr.N == 0 {
-			err = fmt.Errorf("response head over %d bytes", d.cfg.MaxHeaderBytes)
-		}
-		return fail(nil, fmt.Errorf("reading the handshake response: %w", err))
+		return fail(nil, err)
 	}
 	if resp.StatusCode != http.StatusSwitchingProtocols {
-		lr.N = maxRefusalBody
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxRefusalBody))
-		resp.Body = io.NopCloser(bytes.NewReader(body))
-		return fail(resp, &HandshakeError{URL: u.Redacted(), Status: resp.StatusCode, Header: resp.Header, Body: body})
+		return fail(resp, &HandshakeError{URL: u.Redacted(), Status: resp.StatusCode, Header: resp.Header, Body: rest})
 	}
 	if err := handshake.CheckResponse(resp.Header, key); err != nil {
 		return fail(resp, err)
@@ -244,11 +215,7 @@ func (d *dialer) handshake(ctx context.Context, nc, raw net.Conn, u *url.URL, h 
 	if err := release(); err != nil {
 		return fail(resp, err)
 	}
-	var buffered []byte
-	if n := br.Buffered(); n > 0 {
-		buffered, _ = br.Peek(n)
-	}
-	return d.newConn(nc, h, buffered, subprotocol, params), resp, nil
+	return d.newConn(nc, h, rest, subprotocol, params), resp, nil
 }
 
 // newConn makes the client's Conn once the handshake has accepted it.
