@@ -1,7 +1,6 @@
 package gust
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -11,15 +10,12 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
-	"strings"
 	"time"
 
 	"github.com/gustws/gust/internal/deflate"
 	"github.com/gustws/gust/internal/h2conn"
 	"github.com/gustws/gust/internal/handshake"
-	"github.com/gustws/gust/internal/netpoll"
-	"github.com/gustws/gust/internal/proxy"
+	"github.com/gustws/gust/internal/netdial"
 )
 
 // DialOptions configures [Dial]. The zero value is valid, and a nil
@@ -135,16 +131,9 @@ func dial(ctx context.Context, rawURL string, h Event, opts *DialOptions) (*Conn
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.HandshakeTimeout)
 	defer cancel()
 
-	raw, target, proxyURL, err := d.connect(ctx, u)
+	nc, raw, release, err := d.net.Open(ctx, u)
 	if err != nil {
-		return nil, nil, dialFailed(ctx, err)
-	}
-	release := guard(ctx, raw)
-	nc, err := d.transport(ctx, raw, u, target, proxyURL)
-	if err != nil {
-		raw.Close()
-		release()
-		return nil, nil, dialFailed(ctx, err)
+		return nil, nil, err
 	}
 	if tc, ok := nc.(*tls.Conn); ok && tc.ConnectionState().NegotiatedProtocol == "h2" {
 		c, resp, err := d.handshakeH2(ctx, tc, u, h, release)
@@ -161,145 +150,34 @@ func dial(ctx context.Context, rawURL string, h Event, opts *DialOptions) (*Conn
 // dialer is DialOptions checked, with the defaults filled in.
 type dialer struct {
 	cfg      *config
-	header   http.Header
-	host     string // a Host header from DialOptions.Header, or ""
-	netDial  func(ctx context.Context, network, addr string) (net.Conn, error)
-	proxy    func(*http.Request) (*url.URL, error)
-	offer    string // Sec-WebSocket-Extensions, or ""
-	protocol string // Sec-WebSocket-Protocol, or ""
-	http2    bool   // offer h2 in TLS ALPN and try RFC 8441
+	net      netdial.Dialer // its Header is the handshake's, without Host
+	host     string         // a Host header from DialOptions.Header, or ""
+	offer    string         // Sec-WebSocket-Extensions, or ""
+	protocol string         // Sec-WebSocket-Protocol, or ""
 }
 
 func newDialer(opts *DialOptions) (*dialer, error) {
 	if opts == nil {
 		opts = &DialOptions{}
 	}
-	d := &dialer{cfg: newConfig(opts.Options, false), netDial: opts.NetDialContext, proxy: opts.Proxy, http2: opts.HTTP2}
+	d := &dialer{cfg: newConfig(opts.Options, false), net: netdial.Dialer{NetDial: opts.NetDialContext,
+		Proxy: opts.Proxy, TLSConfig: opts.TLSConfig, HTTP2: opts.HTTP2}}
 	d.cfg.withHandshake(opts.HandshakeTimeout, opts.MaxHeaderBytes)
 	d.cfg.Subprotocols, d.cfg.TLSConfig = opts.Subprotocols, opts.TLSConfig
-	if d.netDial == nil {
-		d.netDial = (&net.Dialer{}).DialContext
+	if d.net.NetDial == nil {
+		d.net.NetDial = (&net.Dialer{}).DialContext
 	}
-	d.header = make(http.Header, len(opts.Header))
-	for name, values := range opts.Header {
-		if !handshake.ValidFieldName(name) {
-			return nil, fmt.Errorf("gust: invalid request header name %q", name)
-		}
-		key := http.CanonicalHeaderKey(name)
-		if handshake.ClientOwn(key) {
-			return nil, fmt.Errorf("gust: request header %s is set by the handshake itself; use DialOptions.Subprotocols and Options.Compression", key)
-		}
-		if key == "Host" {
-			if len(values) != 1 || values[0] == "" || strings.ContainsAny(values[0], "\r\n\x00 ") {
-				return nil, fmt.Errorf("gust: invalid Host header %q", values)
-			}
-			d.host = values[0]
-			continue
-		}
-		d.header[key] = append(d.header[key], values...)
+	var err error
+	if d.net.Header, d.host, err = handshake.ClientHeader(opts.Header); err != nil {
+		return nil, fmt.Errorf("gust: %w", err)
 	}
-	for _, p := range d.cfg.Subprotocols {
-		if !handshake.IsToken(p) {
-			return nil, fmt.Errorf("gust: invalid subprotocol %q: it must be an HTTP token", p)
-		}
+	if d.protocol, err = handshake.SubprotocolOffer(d.cfg.Subprotocols); err != nil {
+		return nil, fmt.Errorf("gust: %w", err)
 	}
-	d.protocol = strings.Join(d.cfg.Subprotocols, ", ")
 	if d.cfg.deflate.Enabled {
 		d.offer = deflate.Offer(&d.cfg.deflate)
 	}
 	return d, nil
-}
-
-// connect opens the network connection: to the proxy, if one applies, or
-// to the server. It returns the address of the server.
-func (d *dialer) connect(ctx context.Context, u *url.URL) (nc net.Conn, target string, proxyURL *url.URL, err error) {
-	target = handshake.HostPort(u)
-	if d.proxy != nil {
-		pu := *u
-		pu.Scheme = "http"
-		if u.Scheme == "wss" {
-			pu.Scheme = "https"
-		}
-		req := &http.Request{Method: http.MethodGet, URL: &pu, Host: u.Host, Header: d.header,
-			Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1}
-		proxyURL, err = d.proxy(req.WithContext(ctx))
-		if err != nil {
-			return nil, "", nil, fmt.Errorf("choosing a proxy: %w", err)
-		}
-	}
-	addr := target
-	if proxyURL != nil {
-		if addr, err = proxy.Addr(proxyURL); err != nil {
-			return nil, "", nil, err
-		}
-	}
-	nc, err = d.netDial(ctx, "tcp", addr)
-	if err != nil {
-		return nil, "", nil, err
-	}
-	return nc, target, proxyURL, nil
-}
-
-// transport turns the network connection into the one the handshake runs
-// over: through the proxy's tunnel, then TLS for wss://.
-func (d *dialer) transport(ctx context.Context, nc net.Conn, u *url.URL, target string, proxyURL *url.URL) (net.Conn, error) {
-	if proxyURL != nil {
-		var err error
-		if nc, err = proxy.Tunnel(nc, proxyURL, target); err != nil {
-			return nil, err
-		}
-	}
-	if u.Scheme != "wss" {
-		return nc, nil
-	}
-	cfg := d.cfg.TLSConfig.Clone() // nil for nil
-	if cfg == nil {
-		cfg = &tls.Config{}
-	}
-	if cfg.ServerName == "" {
-		cfg.ServerName = u.Hostname()
-	}
-	// The handshake is HTTP/1.1 (RFC 6455), unless HTTP2 asks for RFC 8441.
-	cfg.NextProtos = []string{"http/1.1"}
-	if d.http2 {
-		cfg.NextProtos = []string{"h2", "http/1.1"}
-	}
-	// Over an Under, which the event loops can move to their socket, and
-	// which follows the records, for MessageTimeout.
-	tc := tls.Client(netpoll.Wrap(nc), cfg)
-	if err := tc.HandshakeContext(ctx); err != nil {
-		return nil, err
-	}
-	return tc, nil
-}
-
-// guard bounds I/O on nc by ctx: it sets ctx's deadline on nc and closes
-// nc if ctx is done first. The function it returns stops the guard and
-// clears the deadline, or reports ctx's error when the guard fired.
-func guard(ctx context.Context, nc net.Conn) func() error {
-	if dl, ok := ctx.Deadline(); ok {
-		nc.SetDeadline(dl)
-	}
-	stop := context.AfterFunc(ctx, func() { nc.Close() })
-	return func() error {
-		if !stop() {
-			return ctx.Err()
-		}
-		nc.SetDeadline(time.Time{})
-		return nil
-	}
-}
-
-// dialFailed adds ctx's error when ctx ended the dial.
-func dialFailed(ctx context.Context, err error) error {
-	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-		return fmt.Errorf("%w: %w", cerr, err)
-	}
-	if errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(err, context.DeadlineExceeded) {
-		// The only deadline on the connection is ctx's, and it just passed.
-		return fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
-	}
-	return err
 }
 
 // handshake sends the request over nc and reads the response. raw is the
@@ -310,32 +188,22 @@ func (d *dialer) handshake(ctx context.Context, nc, raw net.Conn, u *url.URL, h 
 		nc.Close()
 		raw.Close()
 		release()
-		return nil, resp, dialFailed(ctx, err)
+		return nil, resp, netdial.Failed(ctx, err)
 	}
 	key := handshake.NewKey()
-	req := handshake.ClientRequest(u, d.host, handshake.ClientFields(d.header, d.protocol, d.offer), key)
+	req := handshake.ClientRequest(u, d.host, handshake.ClientFields(d.net.Header, d.protocol, d.offer), key)
 	var buf bytes.Buffer
 	handshake.WriteRequest(&buf, req)
 	if _, err := nc.Write(buf.Bytes()); err != nil {
 		return fail(nil, err)
 	}
 
-	// Read the head through a limit, so that a server cannot feed an
-	// endless header; the bytes bufio reads past the head are kept.
-	lr := &io.LimitedReader{R: nc, N: int64(d.cfg.MaxHeaderBytes)}
-	br := bufio.NewReaderSize(lr, 4096)
-	resp, err := http.ReadResponse(br, req)
+	resp, rest, err := handshake.ReadResponse(nc, req, d.cfg.MaxHeaderBytes, maxRefusalBody)
 	if err != nil {
-		if lr.N == 0 {
-			err = fmt.Errorf("response head over %d bytes", d.cfg.MaxHeaderBytes)
-		}
-		return fail(nil, fmt.Errorf("reading the handshake response: %w", err))
+		return fail(nil, err)
 	}
 	if resp.StatusCode != http.StatusSwitchingProtocols {
-		lr.N = maxRefusalBody
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxRefusalBody))
-		resp.Body = io.NopCloser(bytes.NewReader(body))
-		return fail(resp, &HandshakeError{URL: u.Redacted(), Status: resp.StatusCode, Header: resp.Header, Body: body})
+		return fail(resp, &HandshakeError{URL: u.Redacted(), Status: resp.StatusCode, Header: resp.Header, Body: rest})
 	}
 	if err := handshake.CheckResponse(resp.Header, key); err != nil {
 		return fail(resp, err)
@@ -347,11 +215,7 @@ func (d *dialer) handshake(ctx context.Context, nc, raw net.Conn, u *url.URL, h 
 	if err := release(); err != nil {
 		return fail(resp, err)
 	}
-	var buffered []byte
-	if n := br.Buffered(); n > 0 {
-		buffered, _ = br.Peek(n)
-	}
-	return d.newConn(nc, h, buffered, subprotocol, params), resp, nil
+	return d.newConn(nc, h, rest, subprotocol, params), resp, nil
 }
 
 // newConn makes the client's Conn once the handshake has accepted it.
@@ -371,9 +235,9 @@ func (d *dialer) newConn(nc net.Conn, h Event, buffered []byte, subprotocol stri
 func (d *dialer) handshakeH2(ctx context.Context, tc *tls.Conn, u *url.URL, h Event, release func() error) (*Conn, *http.Response, error) {
 	if err := release(); err != nil {
 		tc.Close()
-		return nil, nil, dialFailed(ctx, err)
+		return nil, nil, netdial.Failed(ctx, err)
 	}
-	fields := handshake.ClientFields(d.header, d.protocol, d.offer)
+	fields := handshake.ClientFields(d.net.Header, d.protocol, d.offer)
 	s, resp, err := h2conn.Connect(ctx, tc, u, d.host, fields)
 	if errors.Is(err, h2conn.ErrNoExtendedConnect) || errors.Is(err, h2conn.ErrContentLength) {
 		return nil, nil, fmt.Errorf("%w: %w", errTryHTTP1, err)
@@ -391,7 +255,7 @@ func (d *dialer) handshakeH2(ctx context.Context, tc *tls.Conn, u *url.URL, h Ev
 		if s != nil {
 			s.Close()
 		}
-		return nil, resp, dialFailed(ctx, err)
+		return nil, resp, netdial.Failed(ctx, err)
 	}
 	return d.newConn(s, h, nil, subprotocol, params), resp, nil
 }

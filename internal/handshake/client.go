@@ -1,10 +1,12 @@
 package handshake
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -150,4 +152,68 @@ func CheckSubprotocol(h http.Header, offered []string) (string, error) {
 		return protos[0], nil
 	}
 	return "", nil
+}
+
+// ClientHeader checks the fields an application adds to the handshake
+// request and returns them under their canonical names, but for Host,
+// whose value it returns apart ("" for none).
+func ClientHeader(header http.Header) (fields http.Header, host string, err error) {
+	fields = make(http.Header, len(header))
+	for name, values := range header {
+		if !ValidFieldName(name) {
+			return nil, "", fmt.Errorf("invalid request header name %q", name)
+		}
+		key := http.CanonicalHeaderKey(name)
+		if ClientOwn(key) {
+			return nil, "", fmt.Errorf("request header %s is set by the handshake itself; use DialOptions.Subprotocols and Options.Compression", key)
+		}
+		if key == "Host" {
+			if len(values) != 1 || values[0] == "" || strings.ContainsAny(values[0], "\r\n\x00 ") {
+				return nil, "", fmt.Errorf("invalid Host header %q", values)
+			}
+			host = values[0]
+			continue
+		}
+		fields[key] = append(fields[key], values...)
+	}
+	return fields, host, nil
+}
+
+// SubprotocolOffer returns the Sec-WebSocket-Protocol of a request that
+// offers subprotocols, "" for none; each must be a token (RFC 6455 §4.1).
+func SubprotocolOffer(subprotocols []string) (string, error) {
+	for _, p := range subprotocols {
+		if !IsToken(p) {
+			return "", fmt.Errorf("invalid subprotocol %q: it must be an HTTP token", p)
+		}
+	}
+	return strings.Join(subprotocols, ", "), nil
+}
+
+// ReadResponse reads the answer to req, the handshake request sent on r,
+// its head bounded by maxHead bytes. rest holds, of a 101, the bytes read
+// past the head, which the connection's first reads must return; of a
+// refusal, up to maxBody bytes of its body, which resp.Body returns too.
+func ReadResponse(r io.Reader, req *http.Request, maxHead, maxBody int) (resp *http.Response, rest []byte, err error) {
+	// Read the head through a limit, so that a server cannot feed an
+	// endless header; the bytes bufio reads past the head are kept.
+	lr := &io.LimitedReader{R: r, N: int64(maxHead)}
+	br := bufio.NewReaderSize(lr, 4096)
+	resp, err = http.ReadResponse(br, req)
+	if err != nil {
+		if lr.N == 0 {
+			err = fmt.Errorf("response head over %d bytes", maxHead)
+		}
+		return nil, nil, fmt.Errorf("reading the handshake response: %w", err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		lr.N = int64(maxBody) // the body's own bound, not what the head left
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, int64(maxBody)))
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+		return resp, body, nil
+	}
+	if n := br.Buffered(); n > 0 {
+		rest, _ = br.Peek(n)
+	}
+	return resp, rest, nil
 }

@@ -3,8 +3,11 @@ package handshake
 import (
 	"bufio"
 	"bytes"
+	"fmt"
+	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -202,4 +205,89 @@ func TestClientOwn(t *testing.T) {
 	for _, name := range []string{"Host", "Authorization", "Origin", "Sec-WebSocket-Accept", "Cookie"} {
 		require.False(t, ClientOwn(name), name)
 	}
+}
+
+func TestClientHeader(t *testing.T) {
+	t.Parallel()
+	fields, host, err := ClientHeader(http.Header{"origin": {"https://a.example"}, "X-Multi": {"a", "b"},
+		"host": {"other.example:8080"}})
+	require.NoError(t, err)
+	require.Equal(t, http.Header{"Origin": {"https://a.example"}, "X-Multi": {"a", "b"}}, fields, "canonical names, without Host")
+	require.Equal(t, "other.example:8080", host)
+
+	fields, host, err = ClientHeader(nil)
+	require.NoError(t, err)
+	require.NotNil(t, fields)
+	require.Empty(t, fields)
+	require.Empty(t, host)
+
+	for _, tc := range []struct {
+		header http.Header
+		want   string
+	}{
+		{http.Header{"Bad Name": {"x"}}, `invalid request header name "Bad Name"`},
+		{http.Header{"sec-websocket-protocol": {"x"}}, "request header Sec-Websocket-Protocol is set by the handshake itself; use DialOptions.Subprotocols and Options.Compression"},
+		{http.Header{"Connection": {"close"}}, "request header Connection is set by the handshake itself; use DialOptions.Subprotocols and Options.Compression"},
+		{http.Header{"Host": {"a", "b"}}, `invalid Host header ["a" "b"]`},
+		{http.Header{"Host": {""}}, `invalid Host header [""]`},
+		{http.Header{"Host": {"a b"}}, `invalid Host header ["a b"]`},
+		{http.Header{"Host": {"a\r\nX: y"}}, `invalid Host header ["a\r\nX: y"]`},
+	} {
+		_, _, err := ClientHeader(tc.header)
+		require.EqualError(t, err, tc.want)
+	}
+}
+
+func TestSubprotocolOffer(t *testing.T) {
+	t.Parallel()
+	offer, err := SubprotocolOffer([]string{"chat", "v2.json"})
+	require.NoError(t, err)
+	require.Equal(t, "chat, v2.json", offer)
+	offer, err = SubprotocolOffer(nil)
+	require.NoError(t, err)
+	require.Empty(t, offer)
+	_, err = SubprotocolOffer([]string{"chat", "a b"})
+	require.EqualError(t, err, `invalid subprotocol "a b": it must be an HTTP token`)
+}
+
+func TestReadResponse(t *testing.T) {
+	t.Parallel()
+	req := &http.Request{Method: http.MethodGet}
+	head := "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
+
+	// A 101: rest is what followed the head, the connection's first bytes.
+	resp, rest, err := ReadResponse(strings.NewReader(head+"\x81\x02hi"), req, 4096, 16)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusSwitchingProtocols, resp.StatusCode)
+	require.Equal(t, "websocket", resp.Header.Get("Upgrade"))
+	require.Equal(t, []byte("\x81\x02hi"), rest)
+	_, rest, err = ReadResponse(strings.NewReader(head), req, 4096, 16)
+	require.NoError(t, err)
+	require.Nil(t, rest, "nothing followed")
+
+	// The head's limit: a head at the limit is read, one over it is not.
+	_, _, err = ReadResponse(strings.NewReader(head), req, len(head), 16)
+	require.NoError(t, err)
+	_, _, err = ReadResponse(strings.NewReader(head), req, len(head)-1, 16)
+	require.EqualError(t, err, fmt.Sprintf("reading the handshake response: response head over %d bytes", len(head)-1))
+	big := "HTTP/1.1 101 Switching Protocols\r\nX-Big: " + strings.Repeat("b", 8000) + "\r\n\r\n"
+	_, _, err = ReadResponse(strings.NewReader(big), req, 4096, 16)
+	require.EqualError(t, err, "reading the handshake response: response head over 4096 bytes")
+
+	// Below the limit, http.ReadResponse's error.
+	_, _, err = ReadResponse(strings.NewReader("HTTP/1.1 101 Switching"), req, 4096, 16)
+	require.ErrorIs(t, err, io.ErrUnexpectedEOF)
+	require.ErrorContains(t, err, "reading the handshake response: ")
+
+	// A refusal: its body, up to maxBody bytes, in rest and resp.Body,
+	// though the head left less than that of maxHead.
+	refusal := "HTTP/1.1 403 Forbidden\r\nContent-Length: 40\r\n\r\n" + strings.Repeat("x", 40)
+	resp, rest, err = ReadResponse(strings.NewReader(refusal), req, len(refusal)-38, 16)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusForbidden, resp.StatusCode)
+	require.Equal(t, strings.Repeat("x", 16), string(rest))
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, rest, body)
+	require.NoError(t, resp.Body.Close())
 }
