@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gustws/gust/internal/bufpool"
+	"github.com/gustws/gust/internal/wsframe"
 	"github.com/gustws/gust/internal/wheel"
 )
 
@@ -137,7 +138,7 @@ func (hb *heartbeat) tryPingNow() bool {
 	if !c.server {
 		key = w.maskKey()
 	}
-	hn := putHeader(f[:], opPing, 0, !c.server, key)
+	hn := wsframe.Put(f[:], opPing, 0, !c.server, key)
 	n, err := c.tr.write(f[:hn], true)
 	switch {
 	case err != nil:

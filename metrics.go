@@ -270,15 +270,3 @@ func dialStatus(c *Conn, resp *http.Response) int {
 	}
 	return resp.StatusCode
 }
-
-// framePayloadLen is the length of the payload of f, a complete frame
-// that putHeader encoded, unmasked.
-func framePayloadLen(f []byte) int {
-	switch f[1] & 0x7f {
-	case 126:
-		return len(f) - 4
-	case 127:
-		return len(f) - 10
-	}
-	return len(f) - 2
-}

@@ -52,7 +52,7 @@ func (rd *readState) growMessage(fin bool, end int, limit int64, threshold int) 
 // countEmpty counts h, the header of a data frame of the message in
 // progress, if it is empty and not the last (maxEmptyFrames).
 func (rd *readState) countEmpty(h *frameHeader) error {
-	if h.length > 0 || h.fin {
+	if h.Length > 0 || h.Fin {
 		return nil
 	}
 	if rd.empty++; rd.empty > maxEmptyFrames {
@@ -84,7 +84,7 @@ func unmask(server bool, dst, src []byte, key [4]byte, pos int) int {
 // beginData takes the data frame h into the message: it starts one, or
 // continues the one in progress, and checks the limits.
 func (rd *readState) beginData(h *frameHeader, cfg *config) error {
-	if h.op == opContinuation {
+	if h.Op == opContinuation {
 		if rd.op == 0 {
 			return protocolError(StatusProtocolError, "continuation frame without a message")
 		}
@@ -92,21 +92,21 @@ func (rd *readState) beginData(h *frameHeader, cfg *config) error {
 		if rd.op != 0 {
 			return protocolError(StatusProtocolError, "new message inside a fragmented message")
 		}
-		rd.op = h.op
+		rd.op = h.Op
 		rd.n = 0
 		rd.empty = 0
-		rd.compressed = h.compressed
+		rd.compressed = h.Compressed
 		rd.utf8.Reset()
 	}
 	if err := rd.countEmpty(h); err != nil {
 		return err
 	}
-	if h.length > cfg.wireLimit(rd.compressed)-int64(rd.n) { // not rd.n+length: that can wrap
+	if h.Length > cfg.wireLimit(rd.compressed)-int64(rd.n) { // not rd.n+length: that can wrap
 		return protocolError(StatusMessageTooBig, "message over the size limit")
 	}
 	threshold := cfg.StreamThreshold
-	rd.stream = threshold > 0 && h.length > int64(threshold-rd.n)
-	rd.end = rd.n + int(h.length)
+	rd.stream = threshold > 0 && h.Length > int64(threshold-rd.n)
+	rd.end = rd.n + int(h.Length)
 	rd.begun = true
 	return nil
 }
@@ -116,7 +116,7 @@ func (rd *readState) beginData(h *frameHeader, cfg *config) error {
 // (rd.direct), then the read buffer's. It keeps its place in rd (n, pos)
 // when it wants more.
 func (rd *readState) parsePayload(h *frameHeader, server bool, cfg *config) (want, error) {
-	fin, end, key := h.fin, rd.end, h.key
+	fin, end, key := h.Fin, rd.end, h.Key
 	checkText := rd.op == OpText && !cfg.SkipUTF8Validation && !rd.compressed
 	pos := int(rd.pos)
 	if k := int(rd.direct); k > 0 {

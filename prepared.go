@@ -5,6 +5,7 @@ import (
 
 	"github.com/gustws/gust/internal/bufpool"
 	"github.com/gustws/gust/internal/deflate"
+	"github.com/gustws/gust/internal/wsframe"
 )
 
 // PreparedMessage is a message framed once (and compressed once per
@@ -36,8 +37,8 @@ func NewPreparedMessage(op Opcode, p []byte) (*PreparedMessage, error) {
 
 // newFrame returns a new unmasked frame of p.
 func newFrame(op Opcode, p []byte) []byte {
-	var hdr [maxHeaderSize]byte
-	hn := putHeader(hdr[:], op, len(p), false, [4]byte{})
+	var hdr [wsframe.MaxHeaderSize]byte
+	hn := wsframe.Put(hdr[:], op, len(p), false, [4]byte{})
 	f := make([]byte, hn+len(p))
 	copy(f, hdr[:hn])
 	copy(f[hn:], p)

@@ -210,7 +210,7 @@ func (rd *readState) parse() (want, error) {
 		}
 		var w want
 		var err error
-		if h.op.isControl() {
+		if h.Op.isControl() {
 			w, err = rd.parseControl(h)
 		} else {
 			w, err = rd.parseData(h)
@@ -229,11 +229,11 @@ func (rd *readState) parse() (want, error) {
 // close frame is not handled on an event loop: its answer may wait on the
 // socket, and the end of the connection does.
 func (rd *readState) parseControl(h *frameHeader) (want, error) {
-	n := int(h.length)
+	n := int(h.Length)
 	switch {
 	case rd.w-rd.r < n:
 		return wantBytes, nil
-	case h.op == opClose && rd.loop:
+	case h.Op == opClose && rd.loop:
 		return wantEnd, nil
 	}
 	return 0, rd.control(h)
@@ -247,11 +247,11 @@ func (rd *readState) control(h *frameHeader) error {
 	// handed over from a loop has no buffer (serve shrinks it).
 	p := []byte{}
 	if rd.buf != nil {
-		p = (*rd.buf)[rd.r : rd.r+int(h.length)]
+		p = (*rd.buf)[rd.r : rd.r+int(h.Length)]
 	}
-	unmask(c.server, p, p, h.key, 0)
+	unmask(c.server, p, p, h.Key, 0)
 	rd.r += len(p)
-	switch h.op {
+	switch h.Op {
 	case opPing:
 		rd.called = true
 		c.handler.OnPing(c, p)
@@ -281,15 +281,15 @@ func (rd *readState) parseData(h *frameHeader) (want, error) {
 		if rd.loop {
 			return wantGoroutine, nil
 		}
-		return 0, rd.streamMessage(h.fin, h.length, h.key)
+		return 0, rd.streamMessage(h.Fin, h.Length, h.Key)
 	}
 	if w, err := rd.parsePayload(h, c.server, c.cfg); w != 0 || err != nil {
 		return w, err
 	}
-	if !h.fin {
+	if !h.Fin {
 		return 0, nil
 	}
-	return rd.endMessage(h.key)
+	return rd.endMessage(h.Key)
 }
 
 // noEOF turns an EOF in the middle of a frame into io.ErrUnexpectedEOF.

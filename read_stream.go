@@ -276,24 +276,24 @@ func (s *msgStream) nextFrame() error {
 			return err
 		}
 	}
-	if h.op.isControl() {
-		for rd.w-rd.r < int(h.length) {
+	if h.Op.isControl() {
+		for rd.w-rd.r < int(h.Length) {
 			if err := s.fill(); err != nil {
 				return err
 			}
 		}
 		return c.rd.control(h)
 	}
-	if h.op != opContinuation {
+	if h.Op != opContinuation {
 		return protocolError(StatusProtocolError, "new message inside a fragmented message")
 	}
 	if err := c.rd.countEmpty(h); err != nil {
 		return err
 	}
-	if h.length > c.cfg.wireLimit(s.fr != nil)-s.wire {
+	if h.Length > c.cfg.wireLimit(s.fr != nil)-s.wire {
 		return protocolError(StatusMessageTooBig, "message over the size limit")
 	}
-	s.wire += h.length
-	s.remaining, s.fin, s.key, s.pos = h.length, h.fin, h.key, 0
+	s.wire += h.Length
+	s.remaining, s.fin, s.key, s.pos = h.Length, h.Fin, h.Key, 0
 	return nil
 }

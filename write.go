@@ -10,13 +10,11 @@ import (
 	"unsafe"
 
 	"github.com/gustws/gust/internal/bufpool"
+	"github.com/gustws/gust/internal/wsframe"
 	"github.com/gustws/gust/internal/mask"
 )
 
-const (
-	maxHeaderSize     = 14
-	maxControlPayload = 125
-)
+const maxControlPayload = wsframe.MaxControlPayload
 
 // Where a connection's bytes wait. Three places, kept apart because their
 // rules differ:
@@ -54,14 +52,14 @@ type writeState struct {
 	pingDue    atomic.Bool // a heartbeat ping for the open NextWriter to send between fragments
 
 	out        atomic.Pointer[outbox] // made by the first message queued (Conn.box); its own lock: queueing never waits for the socket
-	maskSource *maskSource            // a client's, made by its first frame
+	maskSource *wsframe.KeySource       // a client's, made by its first frame
 
 	// SetWriteDeadline's deadline, which the transport keeps to when it
 	// arms the write timeout.
 	userDeadline atomic.Int64 // Unix ns of SetWriteDeadline's deadline; 0 for none
 	userChanged  atomic.Bool  // SetWriteDeadline was called since the last move
 
-	hdr    [maxHeaderSize]byte
+	hdr    [wsframe.MaxHeaderSize]byte
 	corked bool  // writes append to buf, flushed later: the read goroutine dispatches, or an outbox batch is written
 	noWait bool  // an event loop is dispatching: no write may wait (netWrite)
 	early  bool  // flush once at earlyFlushSize: the read drained the socket (drainedBatch)
@@ -199,7 +197,7 @@ func (w *writeState) preparedLocked(pm *PreparedMessage) error {
 	d.DropContext() // the peer's window holds f, which the compressor has not seen
 	err = w.encodedLocked(f)
 	if err == nil {
-		c.sent(pm.op, len(pm.payload), framePayloadLen(f))
+		c.sent(pm.op, len(pm.payload), wsframe.PayloadLen(f))
 	}
 	return err
 }
@@ -259,7 +257,7 @@ func (w *writeState) frameLocked(op Opcode, p []byte) error {
 	if !c.server {
 		key = w.maskKey()
 	}
-	hn := putHeader(w.hdr[:], op, len(p), !c.server, key)
+	hn := wsframe.Put(w.hdr[:], op, len(p), !c.server, key)
 	total := hn + len(p)
 	limit := c.cfg.WriteBufferSize
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/gustws/gust/internal/bufpool"
 	"github.com/gustws/gust/internal/deflate"
+	"github.com/gustws/gust/internal/wsframe"
 	"github.com/gustws/gust/internal/mask"
 )
 
@@ -59,11 +60,11 @@ func (c *Conn) NextWriter(op Opcode) (io.WriteCloser, error) {
 	}
 	w.writerOpen.Store(true)
 	w.mu.Unlock()
-	frag := max(c.cfg.WriteBufferSize-maxHeaderSize, minReadBufferSize)
-	return &messageWriter{c: c, msgOp: op, op: op, frag: frag, buf: bufpool.Get(maxHeaderSize + frag)}, nil
+	frag := max(c.cfg.WriteBufferSize-wsframe.MaxHeaderSize, minReadBufferSize)
+	return &messageWriter{c: c, msgOp: op, op: op, frag: frag, buf: bufpool.Get(wsframe.MaxHeaderSize + frag)}, nil
 }
 
-// messageWriter is NextWriter's writer. Its buffers keep maxHeaderSize bytes
+// messageWriter is NextWriter's writer. Its buffers keep wsframe.MaxHeaderSize bytes
 // free in front of the payload, for the frame header.
 type messageWriter struct {
 	c       *Conn
@@ -113,7 +114,7 @@ func (mw *messageWriter) Write(p []byte) (int, error) {
 			}
 			continue
 		}
-		k := copy((*mw.buf)[maxHeaderSize+mw.n:maxHeaderSize+mw.frag], p)
+		k := copy((*mw.buf)[wsframe.MaxHeaderSize+mw.n:wsframe.MaxHeaderSize+mw.frag], p)
 		mw.n += k
 		written += k
 		p = p[k:]
@@ -136,11 +137,11 @@ func (mw *messageWriter) flushFull() error {
 // startCompress starts compressing the message (deflate.State.StartStream)
 // with what is buffered so far.
 func (mw *messageWriter) startCompress() error {
-	mw.z = mw.c.deflate.StartStream(maxHeaderSize, maxHeaderSize+mw.frag)
+	mw.z = mw.c.deflate.StartStream(wsframe.MaxHeaderSize, wsframe.MaxHeaderSize+mw.frag)
 	mw.op |= rsv1
 	raw := mw.buf
 	mw.buf = nil
-	err := mw.compress((*raw)[maxHeaderSize : maxHeaderSize+mw.n])
+	err := mw.compress((*raw)[wsframe.MaxHeaderSize : wsframe.MaxHeaderSize+mw.n])
 	bufpool.Put(raw)
 	return err
 }
@@ -196,16 +197,16 @@ func (mw *messageWriter) sendFrame(final bool) error {
 	if !final {
 		op |= notFinal
 	}
-	p := (*mw.buf)[maxHeaderSize : maxHeaderSize+mw.n]
+	p := (*mw.buf)[wsframe.MaxHeaderSize : wsframe.MaxHeaderSize+mw.n]
 	var key [4]byte
 	if !c.server {
 		key = w.maskKey()
 		mask.Apply(p, key, 0)
 	}
-	hn := putHeader(w.hdr[:], op, len(p), !c.server, key)
-	start := maxHeaderSize - hn
+	hn := wsframe.Put(w.hdr[:], op, len(p), !c.server, key)
+	start := wsframe.MaxHeaderSize - hn
 	copy((*mw.buf)[start:], w.hdr[:hn])
-	if err := c.wr.encodedLocked((*mw.buf)[start : maxHeaderSize+mw.n]); err != nil {
+	if err := c.wr.encodedLocked((*mw.buf)[start : wsframe.MaxHeaderSize+mw.n]); err != nil {
 		mw.err = err
 		return err
 	}
@@ -289,7 +290,7 @@ func (mw *messageWriter) ReadFrom(r io.Reader) (int64, error) {
 			}
 			continue
 		}
-		k, err := r.Read((*mw.buf)[maxHeaderSize+mw.n : maxHeaderSize+mw.frag])
+		k, err := r.Read((*mw.buf)[wsframe.MaxHeaderSize+mw.n : wsframe.MaxHeaderSize+mw.frag])
 		mw.n += k
 		mw.payload += k
 		total += int64(k)

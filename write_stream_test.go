@@ -12,6 +12,7 @@ import (
 	"testing/iotest"
 	"time"
 
+	"github.com/gustws/gust/internal/wsframe"
 	"github.com/stretchr/testify/require"
 )
 
@@ -258,7 +259,7 @@ func TestNextWriterCompressedFragmentsArriveAsWritten(t *testing.T) {
 	require.True(t, client.Compressed())
 	w, err := client.NextWriter(OpText)
 	require.NoError(t, err)
-	frag := 8<<10 - maxHeaderSize
+	frag := 8<<10 - wsframe.MaxHeaderSize
 	p := textOf(rand.New(rand.NewPCG(9, 10)), 3*frag+1)
 	_, err = w.Write(p)
 	require.NoError(t, err)
