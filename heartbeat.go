@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/gustws/gust/internal/bufpool"
-	"github.com/gustws/gust/internal/wsframe"
 	"github.com/gustws/gust/internal/wheel"
+	"github.com/gustws/gust/internal/wsframe"
 )
 
 // Heartbeats (Options.PingInterval) run on timing wheels (internal/wheel)

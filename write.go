@@ -10,8 +10,8 @@ import (
 	"unsafe"
 
 	"github.com/gustws/gust/internal/bufpool"
-	"github.com/gustws/gust/internal/wsframe"
 	"github.com/gustws/gust/internal/mask"
+	"github.com/gustws/gust/internal/wsframe"
 )
 
 const maxControlPayload = wsframe.MaxControlPayload
@@ -52,7 +52,7 @@ type writeState struct {
 	pingDue    atomic.Bool // a heartbeat ping for the open NextWriter to send between fragments
 
 	out        atomic.Pointer[outbox] // made by the first message queued (Conn.box); its own lock: queueing never waits for the socket
-	maskSource *wsframe.KeySource       // a client's, made by its first frame
+	maskSource *wsframe.KeySource     // a client's, made by its first frame
 
 	// SetWriteDeadline's deadline, which the transport keeps to when it
 	// arms the write timeout.

@@ -6,8 +6,8 @@ import (
 
 	"github.com/gustws/gust/internal/bufpool"
 	"github.com/gustws/gust/internal/deflate"
-	"github.com/gustws/gust/internal/wsframe"
 	"github.com/gustws/gust/internal/mask"
+	"github.com/gustws/gust/internal/wsframe"
 )
 
 // A message written in pieces (NextWriter, WriteFrom), never held whole.
