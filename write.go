@@ -51,7 +51,7 @@ type writeState struct {
 	writerOpen atomic.Bool // a NextWriter is open: other data messages wait; set under mu
 	pingDue    atomic.Bool // a heartbeat ping for the open NextWriter to send between fragments
 
-	out        atomic.Pointer[outbox] // made by the first message queued (Conn.box); its own lock: queueing never waits for the socket
+	out        atomic.Pointer[outbox] // made by the first message queued (box); its own lock: queueing never waits for the socket
 	maskSource *wsframe.KeySource     // a client's, made by its first frame
 
 	// SetWriteDeadline's deadline, which the transport keeps to when it
