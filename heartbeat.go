@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gustws/gust/internal/bufpool"
+	"github.com/gustws/gust/internal/keepalive"
 	"github.com/gustws/gust/internal/wheel"
 	"github.com/gustws/gust/internal/wsframe"
 )
@@ -35,7 +36,7 @@ type heartbeat struct {
 	c    *Conn
 
 	// guarded by the wheel's lock (Check)
-	pinged uint64 // the tick a ping went out at for this silence; 0: none
+	ka keepalive.State // the tick a ping went out at for this silence
 }
 
 // wheelTick is the tick of the wheel for interval and timeout: a quarter of
@@ -79,45 +80,25 @@ func (hb *heartbeat) Fire() {
 	}
 }
 
-// Check checks its connection at tick t, on the wheel's goroutine under its
-// lock: one silent for PingInterval is due a ping (fire), one still silent
-// PingTimeout after it is cut (on a goroutine of its own). It returns the
-// tick of the next check.
+// Check checks its connection at tick t (keepalive.State.Check), on the
+// wheel's goroutine under its lock: one silent for PingInterval is due a
+// ping (fire), one still silent PingTimeout after it is cut (on a goroutine
+// of its own). It returns the tick of the next check.
 func (hb *heartbeat) Check(t uint64) (due uint64, fire bool) {
 	c := hb.c
-	interval, timeout := c.cfg.pingTicks, c.cfg.pingTimeoutTicks
 	seen := hb.seen.Load()
-	switch {
-	case seen == hbBusy || c.closing.has(closeSent|netClosed):
-		// Alive, or ending another way (CloseTimeout bounds the closing
-		// handshake): look again later; finish takes c out.
-		hb.pinged = 0
-		return t + interval, false
-	case hb.pinged != 0 && seen < hb.pinged:
-		// Nothing arrived since the ping: the wait began before it.
-		if t-hb.pinged >= timeout {
-			err := fmt.Errorf("gust: no frame from the peer for %v (PingInterval %v + PingTimeout %v): %w",
-				time.Duration(t-seen)*c.cfg.wheel.Tick(), c.cfg.PingInterval, c.cfg.PingTimeout, os.ErrDeadlineExceeded)
-			// Closing a tls.Conn may write an alert, and wait for it:
-			// not on the wheel's goroutine.
-			go c.abort(err)
-			return t + interval, false
-		}
-		// The pong may be late rather than lost (a busy process): look
-		// again within PingInterval, so that once it comes the next ping
-		// is not put off until PingTimeout.
-		return min(hb.pinged+timeout, t+interval), false
-	case t-seen > interval:
-		// The wait began at tick seen or up to a tick later: a ping only
-		// once the silence has surely lasted PingInterval. Look again
-		// within PingInterval, not only at PingTimeout: once the pong has
-		// come, the next ping is due PingInterval after it.
-		hb.pinged = t
-		return t + min(interval, timeout), true
-	default:
-		hb.pinged = 0
-		return seen + interval + 1, false
+	// Alive, or ending another way (CloseTimeout bounds the closing
+	// handshake): look again later; finish takes c out.
+	alive := seen == hbBusy || c.closing.has(closeSent|netClosed)
+	due, act := hb.ka.Check(t, seen, alive, c.cfg.pingTicks, c.cfg.pingTimeoutTicks)
+	if act == keepalive.Cut {
+		err := fmt.Errorf("gust: no frame from the peer for %v (PingInterval %v + PingTimeout %v): %w",
+			time.Duration(t-seen)*c.cfg.wheel.Tick(), c.cfg.PingInterval, c.cfg.PingTimeout, os.ErrDeadlineExceeded)
+		// Closing a tls.Conn may write an alert, and wait for it:
+		// not on the wheel's goroutine.
+		go c.abort(err)
 	}
+	return due, act == keepalive.Ping
 }
 
 // tryPingNow writes an empty ping if that cannot wait, and reports whether

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/gustws/gust/internal/queue"
 )
 
 // OutboxPolicy is what a connection's outbox does with a message queued
@@ -69,9 +71,8 @@ func (p OutboxPolicy) String() string {
 type outbox struct {
 	c     *Conn
 	mu    sync.Mutex
-	queue []outboxItem // queue[head:] waits to be written, oldest first
-	head  int32        // the slots before it were emptied by OutboxDropOldest
-	busy  bool         // a writer goroutine runs
+	queue queue.Queue[outboxItem] // waits to be written, oldest first
+	busy  bool                    // a writer goroutine runs
 	state uint8
 	// writing: messages taken from the queue are being written (drain's
 	// batch, writeNowLocked's message): relieveLocked must not write newer
@@ -91,9 +92,6 @@ func (w *writeState) box() *outbox {
 	return w.out.Load()
 }
 
-// queued returns how many items wait in the queue.
-func (o *outbox) queued() int { return len(o.queue) - int(o.head) }
-
 // outboxEnded is the outbox of every connection that ended before it
 // queued anything: closed, so that nothing is ever queued in it.
 var outboxEnded = &outbox{state: outboxClosed}
@@ -104,53 +102,10 @@ const (
 	outboxClosed  // the connection has ended
 )
 
-// The outbox's slices come from two shared pools and go back when the
+// The outbox's arrays come from two shared pools and go back when the
 // writer exits: an idle connection holds none, and a broadcast does not
-// allocate in steady state. A burst past largeOutboxCap grows its own.
-const (
-	smallOutboxCap = 16
-	largeOutboxCap = 64
-)
-
-var (
-	smallOutboxes = sync.Pool{New: func() any { return new([smallOutboxCap]outboxItem) }}
-	largeOutboxes = sync.Pool{New: func() any { return new([largeOutboxCap]outboxItem) }}
-)
-
-// roomFor returns q, or a copy of it in a larger slice, with room for one
-// more item.
-func roomFor(q []outboxItem) []outboxItem {
-	if len(q) < cap(q) {
-		return q
-	}
-	var r []outboxItem
-	switch cap(q) {
-	case 0:
-		return smallOutboxes.Get().(*[smallOutboxCap]outboxItem)[:0]
-	case smallOutboxCap:
-		r = largeOutboxes.Get().(*[largeOutboxCap]outboxItem)[:0]
-	default:
-		r = make([]outboxItem, 0, 2*cap(q))
-	}
-	r = append(r, q...)
-	releaseOutbox(q)
-	return r
-}
-
-// releaseOutbox gives q's array back to its pool, if it has one; q must
-// not be used after.
-func releaseOutbox(q []outboxItem) {
-	switch cap(q) {
-	case smallOutboxCap:
-		a := (*[smallOutboxCap]outboxItem)(q[:smallOutboxCap])
-		clear(a[:])
-		smallOutboxes.Put(a)
-	case largeOutboxCap:
-		a := (*[largeOutboxCap]outboxItem)(q[:largeOutboxCap])
-		clear(a[:])
-		largeOutboxes.Put(a)
-	}
-}
+// allocate in steady state. A burst past queue.LargeCap grows its own.
+var outboxArrays queue.Pool[outboxItem]
 
 // outboxItem is a queued message: a prepared one, or op and p.
 type outboxItem struct {
@@ -286,14 +241,14 @@ func (w *writeState) enqueue(it outboxItem) error {
 		o.mu.Unlock()
 		return errClosed
 	}
-	if o.queued() >= c.cfg.OutboxSize {
+	if o.queue.Len() >= c.cfg.OutboxSize {
 		defer o.relieveLocked().done() // relieves now; done runs once o.mu is released
 	}
-	if o.queued() >= c.cfg.OutboxSize {
+	if o.queue.Len() >= c.cfg.OutboxSize {
 		m := c.cfg.Metrics
 		switch c.cfg.OutboxPolicy {
 		case OutboxDropOldest:
-			dropped = o.dropOldestLocked()
+			dropped = o.queue.Pop()
 			if m != nil {
 				m.Queued(c, -1)
 				m.Dropped(c, 1)
@@ -314,7 +269,7 @@ func (w *writeState) enqueue(it outboxItem) error {
 			return nil
 		}
 	}
-	if !it.backToBack(&o.lastFanout) && !o.busy && o.queued() == 0 && c.direct() {
+	if !it.backToBack(&o.lastFanout) && !o.busy && o.queue.Len() == 0 && c.direct() {
 		o.writeNowLocked(it)
 		return nil
 	}
@@ -347,7 +302,7 @@ func (o *outbox) relieveLocked() relieved {
 	if w.writerOpen.Load() || w.noWait || w.corked || w.backlog != nil || w.err != nil {
 		return nil // a NextWriter, an event loop's dispatch, a full socket, a failed one
 	}
-	q := o.queue[o.head:]
+	q := o.queue.Items()
 	n := 0
 	w.noWait = true
 	err := c.wr.batchLocked(func() {
@@ -366,11 +321,7 @@ func (o *outbox) relieveLocked() relieved {
 			written = append(written, doneWith{q[i].done, err})
 		}
 	}
-	clear(q[:n])
-	o.head += int32(n)
-	if o.queued() == 0 {
-		o.queue, o.head = o.queue[:0], 0
-	}
+	o.queue.Discard(n)
 	if m := c.cfg.Metrics; m != nil && n > 0 {
 		m.Queued(c, -n)
 	}
@@ -430,7 +381,7 @@ func (o *outbox) writeNowLocked(it outboxItem) {
 	}
 	o.mu.Lock()
 	o.writing = false
-	if backlog || o.queued() > 0 || o.state == outboxClosing {
+	if backlog || o.queue.Len() > 0 || o.state == outboxClosing {
 		o.mu.Unlock()
 		go o.drain() // still counted as the writer
 		return
@@ -443,7 +394,7 @@ func (o *outbox) writeNowLocked(it outboxItem) {
 // pushLocked queues it and releases o.mu, starting the writer unless it
 // runs. Metrics.Queued is told under o.mu, so that its sum never goes below 0.
 func (o *outbox) pushLocked(it outboxItem) {
-	o.queue = append(roomFor(o.queue), it)
+	o.queue.Push(&outboxArrays, &it)
 	if m := o.c.cfg.Metrics; m != nil {
 		m.Queued(o.c, 1)
 	}
@@ -465,28 +416,14 @@ func (o *outbox) startWriterLocked() bool {
 	return true
 }
 
-// dropOldestLocked removes and returns the oldest queued item; the live
-// items move to the front once as many slots are skipped, O(1) amortised.
-func (o *outbox) dropOldestLocked() outboxItem {
-	it := o.queue[o.head]
-	o.queue[o.head] = outboxItem{}
-	o.head++
-	if int(o.head) >= o.queued() {
-		n := copy(o.queue, o.queue[o.head:])
-		clear(o.queue[n:])
-		o.queue, o.head = o.queue[:n], 0
-	}
-	return it
-}
-
 // closeSlowLocked applies OutboxCloseSlow and unlocks o.mu: the queue goes,
 // the reason is recorded for OnClose, and the writer sends the close frame
 // once the batch it may be writing is out.
 func (o *outbox) closeSlowLocked() error {
 	c := o.c
 	all := o.queue
-	discarded := all[o.head:]
-	o.queue, o.head = nil, 0
+	o.queue = queue.Queue[outboxItem]{}
+	discarded := all.Items()
 	o.state = outboxClosing
 	c.closing.record(ErrSlowConsumer)
 	time.AfterFunc(c.cfg.CloseTimeout, o.cutSlow)
@@ -506,7 +443,7 @@ func (o *outbox) closeSlowLocked() error {
 			it.done(ErrSlowConsumer)
 		}
 	}
-	releaseOutbox(all)
+	all.Release(&outboxArrays)
 	return ErrSlowConsumer
 }
 
@@ -546,27 +483,26 @@ func (o *outbox) drain() {
 		}
 		w.mu.Unlock()
 	}
-	var spare []outboxItem // the last batch's slice, for the queue to reuse
+	var spare queue.Queue[outboxItem] // the last batch's array, for the queue to reuse
 	o.mu.Lock()
 	for {
 		if o.state == outboxClosing {
 			o.busy = false
 			o.mu.Unlock()
-			releaseOutbox(spare)
+			spare.Release(&outboxArrays)
 			c.startClose(StatusPolicyViolation, "slow consumer")
 			return
 		}
-		if o.queued() == 0 {
+		if o.queue.Len() == 0 {
 			o.busy = false
-			releaseOutbox(o.queue)
-			o.queue, o.head = nil, 0
+			o.queue.Release(&outboxArrays)
 			o.mu.Unlock()
-			releaseOutbox(spare)
+			spare.Release(&outboxArrays)
 			return
 		}
 		all := o.queue
-		batch := all[o.head:]
-		o.queue, o.head = spare[:0], 0
+		batch := all.Items()
+		o.queue = spare
 		o.writing = true
 		o.mu.Unlock()
 		if m := c.cfg.Metrics; m != nil {
@@ -579,7 +515,7 @@ func (o *outbox) drain() {
 				done(err)
 			}
 		}
-		clear(all)
+		all.Clear()
 		spare = all
 		o.mu.Lock()
 		o.writing = false

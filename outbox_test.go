@@ -236,7 +236,7 @@ func TestOutboxDropOldestKeepsTheLatest(t *testing.T) {
 	}
 	o := c.wr.box()
 	o.mu.Lock()
-	require.LessOrEqual(t, cap(o.queue), 16)
+	require.LessOrEqual(t, o.queue.Cap(), 16)
 	o.mu.Unlock()
 	g.open()
 	require.Eventually(t, func() bool { fs, _ := g.frames(t); return len(fs) == 5 }, 5*time.Second, time.Millisecond)

@@ -250,57 +250,34 @@ func (s *Server) commit(nc net.Conn) bool {
 	return true
 }
 
-// handshake reads the request head, checks it, and answers with 101 or an
-// HTTP error. It returns nil when nc must be closed, and plain (nc with the
-// bytes read put back) for HTTPHandler. The head's buffer doubles as it
-// fills, so that a client that stalls (slowloris) pins a few hundred bytes.
+// handshake reads the request head (handshake.ReadHead), checks it, and
+// answers with 101 or an HTTP error. It returns nil when nc must be closed,
+// and plain (nc with the bytes read put back) for HTTPHandler.
 func (s *Server) handshake(nc net.Conn) (c *Conn, plain net.Conn) {
 	cfg := s.config()
 	deadline := time.Now().Add(cfg.HandshakeTimeout)
 	nc.SetDeadline(deadline)
-	buf := bufpool.Get(min(bufpool.MinSize, cfg.MaxHeaderBytes))
-	defer func() { bufpool.Put(buf) }() // buf is replaced as it grows
-	w := 0
-	var req *handshake.Request
-	var hn int
-	for {
-		n, err := nc.Read((*buf)[w:])
-		w += n
-		if n > 0 {
-			var perr error
-			req, hn, perr = handshake.Parse((*buf)[:w], cfg.MaxHeaderBytes)
-			if perr == nil {
-				break
-			}
-			var he *handshake.Error
-			if errors.As(perr, &he) {
-				refuse(nc, cfg, he.Status, he.Reason)
-				return nil, nil
-			}
-			if w == len(*buf) {
-				if w >= cfg.MaxHeaderBytes { // and still incomplete
-					refuse(nc, cfg, http.StatusRequestHeaderFieldsTooLarge, "request head too large")
-					return nil, nil
-				}
-				buf = bufpool.Grow(buf, min(2*w, cfg.MaxHeaderBytes))
-			}
+	head, err := handshake.ReadHead(nc, cfg.MaxHeaderBytes)
+	if err != nil {
+		var he *handshake.Error
+		if errors.As(err, &he) {
+			refuse(nc, cfg, he.Status, he.Reason)
+		} else if head.Read > 0 { // a client that sent nothing is not a handshake (a TCP health check)
+			cfg.reportHandshake(0)
 		}
-		if err != nil {
-			if w > 0 { // a client that sent nothing is not a handshake (a TCP health check)
-				cfg.reportHandshake(0)
-			}
-			return nil, nil
-		}
+		return nil, nil
 	}
-	if s.HTTPHandler != nil && !handshake.HasToken(req.Header, "Upgrade", "websocket") {
-		return nil, handoff.NewConn(nc, (*buf)[:w])
+	defer bufpool.Put(head.Buf)
+	read := (*head.Buf)[:head.Read]
+	if s.HTTPHandler != nil && !handshake.HasToken(head.Header, "Upgrade", "websocket") {
+		return nil, handoff.NewConn(nc, read)
 	}
-	r, herr := newHTTPRequest(req, nc)
+	r, herr := newHTTPRequest(head.Request, nc)
 	if herr != nil {
 		refuse(nc, cfg, herr.Status, string(herr.Body))
 		return nil, nil
 	}
-	return s.upgrade(nc, r, deadline, (*buf)[hn:w], (*buf)[w:w]), nil
+	return s.upgrade(nc, r, deadline, read[head.N:], read[head.Read:]), nil
 }
 
 // upgrade answers r, a handshake request that came on nc before deadline,

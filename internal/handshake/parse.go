@@ -8,7 +8,8 @@
 // [Parse] works on a byte slice the caller has read, so the caller can
 // keep any bytes that follow the head (a client may send its first frames
 // without waiting for the response). It is deliberately strict; see Parse
-// for what it rejects.
+// for what it rejects. [ReadHead] reads that slice from an io.Reader, into
+// a pooled buffer.
 package handshake
 
 import (
