@@ -258,19 +258,42 @@ func TestTLSNetpollHeartbeatPingKeptGoesToTheWriter(t *testing.T) {
 	require.NoError(t, raw.Control(func(fd uintptr) {
 		require.NoError(t, syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, 0x19, 0)) // TCP_NOTSENT_LOWAT: the system's
 	}))
-	junk := make([]byte, 1<<20)
-	full := false
-	for i := 0; i < 256 && !full; i++ {
-		require.NoError(t, raw.Control(func(fd uintptr) {
-			_, again, _ := netpoll.WriteFD(int(fd), junk)
-			full = again
-		}))
-	}
-	require.True(t, full, "the socket filled up")
+	fillSocket(t, raw)
 
 	start := time.Now()
 	sc.hb.Fire()
 	err = h.waitClose(t)
 	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "the outbox's writer waited for room under WriteTimeout")
 	require.Less(t, time.Since(start), 5*time.Second)
+}
+
+// fillSocket writes to raw until it takes nothing, three looks in a row
+// 20 ms apart: on a busy machine the peer's kernel takes bytes still in
+// flight a while after the first refusal, and the room that frees would
+// let a small write through.
+func fillSocket(t *testing.T, raw syscall.RawConn) {
+	t.Helper()
+	junk := make([]byte, 1<<20)
+	deadline := time.Now().Add(10 * time.Second)
+	for refused := 0; refused < 3; {
+		took := 0
+		require.NoError(t, raw.Control(func(fd uintptr) {
+			for range 256 {
+				n, again, err := netpoll.WriteFD(int(fd), junk)
+				require.NoError(t, err)
+				took += n
+				if again {
+					return
+				}
+			}
+			t.Fatal("the socket never filled")
+		}))
+		if took == 0 {
+			refused++
+		} else {
+			refused = 0
+		}
+		require.True(t, time.Now().Before(deadline), "the socket kept taking bytes")
+		time.Sleep(20 * time.Millisecond) // a look's interval, under the deadline
+	}
 }
