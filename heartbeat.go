@@ -111,7 +111,7 @@ func (hb *heartbeat) tryPingNow() bool {
 		return false
 	}
 	defer w.mu.Unlock()
-	if w.buf != nil || w.corked || c.wr.writableLocked() != nil {
+	if w.buf != nil || w.corked || w.writableLocked() != nil {
 		return false
 	}
 	var f [2 + 4]byte
