@@ -180,7 +180,9 @@ func TestNextWriterCarriesHeartbeats(t *testing.T) {
 	t.Parallel()
 	h := newRecorder()
 	c := dialRaw(t, startServer(t, h, &Options{
-		WriteBufferSize: 4 << 10, PingInterval: 100 * time.Millisecond, PingTimeout: 100 * time.Millisecond,
+		// A long PingTimeout: the test's pongs may come late on a busy
+		// machine, and a cut is not what is tested.
+		WriteBufferSize: 4 << 10, PingInterval: 100 * time.Millisecond, PingTimeout: 10 * time.Second,
 	}), nil)
 	sc := h.waitOpen(t)
 	w, err := sc.NextWriter(OpBinary)
