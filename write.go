@@ -67,9 +67,10 @@ type writeState struct {
 }
 
 // conn returns the Conn w is the write state of. A writeState lives only as
-// the wr field of a Conn, so its Conn starts wr's offset before it: no
-// pointer back, which would take a Conn past its size class, and a zero
-// Conn's writes reach its (closed) state as any other's.
+// the wr field of a Conn, so its Conn starts wr's offset before it. No
+// pointer back: it would be nil in a zero Conn, whose writes then need a
+// check each to find it closed, and it would fill the last 8 bytes of
+// Conn's 288-byte size class.
 func (w *writeState) conn() *Conn {
 	return (*Conn)(unsafe.Add(unsafe.Pointer(w), -int(unsafe.Offsetof(Conn{}.wr))))
 }
