@@ -338,8 +338,7 @@ func (rd *readState) fill() (yield, error) {
 // first, so that every write made while dispatching leaves before the read
 // waits.
 func (rd *readState) read(p []byte) (int, yield, error) {
-	c := rd.c
-	if y, err := c.wr.uncork(); y != goOn || err != nil {
+	if y, err := rd.c.wr.uncork(); y != goOn || err != nil {
 		return 0, y, err
 	}
 	if err := rd.boundMessage(); err != nil {
@@ -408,6 +407,5 @@ func (rd *readState) readSome(dst []byte) (int, yield, error) {
 // on any goroutine, except for a streamed message, whose handler reads
 // from its callback.
 func (rd *readState) mayPark() bool {
-	c := rd.c
-	return rd.loop || (!rd.userReads && c.polled)
+	return rd.loop || (!rd.userReads && rd.c.polled)
 }

@@ -97,12 +97,11 @@ const (
 // goes to the kernel in one system call, as it would without the limit. A
 // connection keeps the largest limit it needed.
 func (w *writeState) raiseUnsent(n int) {
-	c := w.conn()
 	shift := uint8(min(bits.Len(uint(n-1)), maxUnsentShift))
 	if shift <= w.unsent {
 		return
 	}
-	if !netpoll.LimitUnsent(c.conn, 1<<shift) {
+	if !netpoll.LimitUnsent(w.conn().conn, 1<<shift) {
 		w.unsent = 0 // not a socket that takes it any more: stop asking
 		return
 	}

@@ -150,8 +150,7 @@ func (c *Conn) WritePrepared(pm *PreparedMessage) error {
 
 // encodedLocked writes an encoded frame: corked, or at once.
 func (w *writeState) encodedLocked(frame []byte) error {
-	c := w.conn()
-	limit := c.cfg.WriteBufferSize
+	limit := w.conn().cfg.WriteBufferSize
 	if w.buf != nil && len(*w.buf)+len(frame) > limit {
 		if err := w.flushLocked(); err != nil {
 			return err
@@ -351,14 +350,13 @@ func (w *writeState) releaseBuffer() {
 // netWrite writes p to the connection's transport, the only place gust
 // does once the handshake is over; the caller holds the write lock.
 func (w *writeState) netWrite(p []byte) (int, error) {
-	c := w.conn()
 	if u := w.unsent; u != 0 && len(p) > 1<<u {
 		w.raiseUnsent(len(p))
 	}
 	if w := w; w.noWait || w.backlog != nil {
 		return w.netWriteBacklog(p)
 	}
-	return c.tr.write(p, false)
+	return w.conn().tr.write(p, false)
 }
 
 // setDeadline is SetWriteDeadline: it applies t at once, which ends a
@@ -409,7 +407,6 @@ func (w *writeState) flushEarlyLocked() error {
 // the connection: it flushes before its next read. It returns the flush's
 // error.
 func (w *writeState) batchLocked(write func()) error {
-	c := w.conn()
 	wasCorked := w.corked
 	w.corked = true
 	write()
@@ -417,7 +414,7 @@ func (w *writeState) batchLocked(write func()) error {
 	if wasCorked {
 		return nil
 	}
-	c.deflate.EndBatch()
+	w.conn().deflate.EndBatch()
 	return w.flushLocked()
 }
 

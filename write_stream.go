@@ -16,8 +16,7 @@ import (
 // NextWriter is open or the connection has ended: a data message may not go
 // between the fragments of another (RFC 6455 §5.4).
 func (w *writeState) waitStreamLocked() {
-	c := w.conn()
-	for w.writerOpen.Load() && !c.closing.has(closeEnded) {
+	for w.writerOpen.Load() && !w.conn().closing.has(closeEnded) {
 		if w.writerEnd == nil {
 			w.writerEnd = sync.NewCond(&w.mu)
 		}
