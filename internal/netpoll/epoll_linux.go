@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 // epollET is EPOLLET as the uint32 of EpollEvent.Events (the syscall
@@ -263,7 +264,10 @@ func (p *poller) loop(epfd, wakefd int) {
 	events := make([]syscall.EpollEvent, 128)
 	var ready []Owner
 	for {
-		n, err := syscall.EpollWait(epfd, events, -1)
+		n, err := pollNow(epfd, events)
+		if n == 0 && err == nil {
+			n, err = syscall.EpollWait(epfd, events, -1)
+		}
 		if err != nil {
 			if err == syscall.EINTR {
 				continue
@@ -325,4 +329,17 @@ func (p *poller) loop(epfd, wakefd int) {
 		}
 		ready = ready[:0]
 	}
+}
+
+// pollNow takes the events already there, without waiting, as a raw
+// system call (sys_linux.go says why): a loop kept busy finds events at
+// each turn and does not mark its P as in a system call; only a loop with
+// nothing to do waits, the usual way.
+func pollNow(epfd int, events []syscall.EpollEvent) (int, error) {
+	n, _, errno := syscall.RawSyscall6(syscall.SYS_EPOLL_PWAIT, uintptr(epfd),
+		uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), 0, 0, 0)
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(n), nil
 }

@@ -13,7 +13,7 @@ import (
 // its side reads as io.EOF.
 func ReadFD(fd int, p []byte) (n int, again bool, err error) {
 	for {
-		n, err := syscall.Read(fd, p)
+		n, err := sysRead(fd, p)
 		switch {
 		case err == syscall.EINTR:
 			continue
@@ -32,7 +32,7 @@ func ReadFD(fd int, p []byte) (n int, again bool, err error) {
 // retrying when interrupted.
 func WriteFD(fd int, p []byte) (n int, again bool, err error) {
 	for n < len(p) {
-		k, err := syscall.Write(fd, p[n:])
+		k, err := sysWrite(fd, p[n:])
 		switch {
 		case err == syscall.EINTR:
 			continue
@@ -47,6 +47,10 @@ func WriteFD(fd int, p []byte) (n int, again bool, err error) {
 	}
 	return n, false, nil
 }
+
+// rawMax is the longest read or write made as a raw system call, where
+// reads and writes are (sys_linux.go).
+const rawMax = 64 << 10
 
 func closeFD(fd int) { syscall.Close(fd) }
 
