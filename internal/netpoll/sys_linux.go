@@ -15,8 +15,8 @@ import (
 // ticks; on a busy core it finds an event loop preempted in a write, and
 // each take starts a thread and keeps sysmon waking every 20 µs, which
 // preempts the loop again (scenario c in netpoll mode: 0.05 of sysmon's
-// sleeps and 0.13-0.19 context switches per message, against 0.01-0.02
-// and 0.06-0.14 raw; benchmark/results/2026-11-29-loops.md). A longer
+// sleeps and 0.12-0.19 context switches per message, against 0.01-0.02
+// and 0.04-0.14 raw; benchmark/results/2026-11-29-loops.md). A longer
 // copy (a large message read or written whole) goes the usual way, so
 // that the P is not held through it. Under the race detector every call
 // goes the usual way: syscall.Read and Write tell it of the

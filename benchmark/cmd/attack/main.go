@@ -49,6 +49,7 @@ func main() {
 	size := flag.Int("size", 16<<20-1, "header, trickle, slow: the frame's announced length")
 	rate := flag.Int("rate", 256<<10, "slow: bytes a second")
 	label := flag.String("label", "", "a label for the JSON line (the server's name)")
+	spinning := flag.Int("spinning", 0, "how many processes spin beside the run, for the JSON line (scripts/bench-attack's SPIN)")
 	flag.Parse()
 	if !strings.HasPrefix(*addr, "127.") {
 		fatal(errors.New("loopback addresses only"))
@@ -73,7 +74,7 @@ func main() {
 	if err != nil {
 		fatal(err)
 	}
-	res["mode"], res["label"] = *mode, *label
+	res["mode"], res["label"], res["spinning"] = *mode, *label, *spinning
 	b, _ := json.Marshal(res)
 	fmt.Println(string(b))
 }
