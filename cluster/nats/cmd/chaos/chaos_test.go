@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -156,6 +157,16 @@ func TestCheckSegment(t *testing.T) {
 		require.Equal(t, uint64(1), c.misnumbered, "7 is B's")
 		require.Equal(t, uint64(1), c.unconfirmed, "6 failed")
 		require.Equal(t, uint64(1), c.foreign, "50 was never published")
+	})
+	t.Run("a copy in the lost epoch, reported stored after the loss", func(t *testing.T) {
+		// 7 stored in A, nats-server killed before its report; sent again
+		// and reported stored in B after A was lost.
+		late := slices.Clone(recs)
+		late[6].doneAt = lostAt["A"].Add(time.Second)
+		s := got("A", recs, 0, 1, 7)
+		c := checkSegment(s, logOf(late), lostAt, 1000, grace, end, 3)
+		require.Equal(t, uint64(1), c.lostCopies)
+		require.Zero(t, c.misnumbered)
 	})
 	t.Run("given up empty", func(t *testing.T) {
 		s := &segment{epoch: "A", ended: true}

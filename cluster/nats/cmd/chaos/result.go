@@ -48,8 +48,8 @@ type result struct {
 	GoneWithStore  uint64 `json:"gone_with_store"`
 	Muted          int    `json:"muted"`
 	Foreign        uint64 `json:"foreign"` // messages of another topic, unreadable, or never published
-	// A sender's message received in a lost epoch and acknowledged in a
-	// later one: stored before the loss, its acknowledgement lost.
+	// A message received in a lost epoch and reported stored in a later
+	// one: stored before the loss, the broker's report of it lost.
 	LostCopies      uint64 `json:"lost_epoch_copies"`
 	StreamConflicts uint64 `json:"stream_conflicts"` // positions at which two clients got different messages
 
@@ -508,7 +508,7 @@ func (res *result) markdown() string {
 	row("**lost**", bold(res.Lost))
 	row("**duplicated**", bold(res.Duplicated))
 	row("**out of order**", bold(res.OutOfOrder))
-	row("received at another epoch or sequence than stored at; a sender's copy in a lost epoch; clients disagreeing on a position",
+	row("received at another epoch or sequence than stored at; a copy in a lost epoch; clients disagreeing on a position",
 		fmt.Sprintf("%d; %d; %d", res.Misnumbered, res.LostCopies, res.StreamConflicts))
 	row("gap notices without reset / resets / resets no loss explains", fmt.Sprintf("%d / %d / %d", res.Gaps, res.Resets, res.SpuriousResets))
 	row("gone with the store (stored in a lost epoch after the last a client got)", commas(res.GoneWithStore))

@@ -17,7 +17,7 @@ type segmentCheck struct {
 	muted       bool     // cut holds one stored more than grace before the store was lost
 	misnumbered uint64   // received at another epoch or sequence than the stream stored it at
 	unconfirmed uint64   // received, but given up by the broker (it may have been stored anyway) or never acknowledged
-	lostCopies  uint64   // a sender's, received in a lost epoch but acknowledged in another: stored before the loss unacknowledged, and again after
+	lostCopies  uint64   // received in a lost epoch but stored, by the broker's report, in another after the loss: stored before the loss unreported, and again after
 	foreign     uint64   // a message no source made
 	spurious    bool     // ended by a reset that no loss of its epoch explains
 	live        bool     // got a message after its recovered notice
@@ -30,9 +30,11 @@ type segmentCheck struct {
 //   - every message received is one the stream stored in the segment's
 //     epoch, at the sequence received (else misnumbered), unless the
 //     broker gave it up or its sender was never acknowledged (unconfirmed:
-//     it may have been stored anyway), or it is a sender's, received in an
-//     epoch that was lost, and acknowledged in a later one (a copy stored
-//     before the loss whose acknowledgement never came);
+//     it may have been stored anyway), or it was received in an epoch
+//     that was lost and reported stored in another after the loss (a copy
+//     stored before the loss whose report never came: nats-server killed
+//     between storing it and answering; Hub.Publish and the senders alike
+//     send it again);
 //   - the segment began with the history's start (the first join, or a
 //     reset: all that is kept follows), so it must get every message
 //     stored in its epoch but those the history had dropped when it came
@@ -65,7 +67,7 @@ func checkSegment(s *segment, l *topicLog, lostAt map[string]time.Time, keep int
 		case r.state != sendStored:
 			c.unconfirmed++
 		case r.pos.Epoch == s.epoch && r.pos.Seq == uint64(a.seq):
-		case r.src != sourcePublisher && r.pos.Epoch != s.epoch && epochLost:
+		case r.pos.Epoch != s.epoch && epochLost && r.doneAt.After(lost):
 			c.lostCopies++
 		default:
 			c.misnumbered++
