@@ -48,8 +48,8 @@ func WriteFD(fd int, p []byte) (n int, again bool, err error) {
 	return n, false, nil
 }
 
-// rawMax is the longest read or write made as a raw system call, where
-// reads and writes are (sys_linux.go).
+// rawMax is the longest read or write made as a raw system call on Linux
+// (sys_linux.go).
 const rawMax = 64 << 10
 
 func closeFD(fd int) { syscall.Close(fd) }
