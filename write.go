@@ -353,7 +353,7 @@ func (w *writeState) netWrite(p []byte) (int, error) {
 	if u := w.unsent; u != 0 && len(p) > 1<<u {
 		w.raiseUnsent(len(p))
 	}
-	if w := w; w.noWait || w.backlog != nil {
+	if w.noWait || w.backlog != nil {
 		return w.netWriteBacklog(p)
 	}
 	return w.conn().tr.write(p, false)
