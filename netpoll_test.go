@@ -15,7 +15,6 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -264,46 +263,6 @@ func TestNetpollFrameInPiecesParksBetween(t *testing.T) {
 		require.Equal(t, []byte("ping"), p)
 		c.expectMessage(OpText, payload)
 		require.False(t, parked(), "the read state goes back once the message is whole")
-	})
-}
-
-// Bytes and the peer's FIN that arrive together come in one readable event,
-// and no event follows: the read that takes the bytes comes short of its
-// buffer, yet the socket is not drained (the next read finds the end). A
-// parked connection that gets them must still see its end, after a frame
-// cut short (io.ErrUnexpectedEOF) or after a whole message (io.EOF). The
-// client corks its socket so that the bytes and the FIN leave in one
-// segment.
-func TestNetpollBytesAndEndInOneEvent(t *testing.T) {
-	forEachNetpollMode(t, func(t *testing.T, m serverMode) {
-		for _, tc := range []struct {
-			name  string
-			whole bool
-			want  error
-		}{{"frame cut short", false, io.ErrUnexpectedEOF}, {"whole message", true, io.EOF}} {
-			t.Run(tc.name, func(t *testing.T) {
-				h := newRecorder()
-				c := dialRaw(t, m.start(t, h, nil), nil)
-				sc := h.waitOpen(t)
-				require.Eventually(t, func() bool { return parkedIdle(sc) }, 5*time.Second, time.Millisecond,
-					"parked after the handshake")
-				raw, err := tcpOf(c.nc).SyscallConn()
-				require.NoError(t, err)
-				require.NoError(t, raw.Control(func(fd uintptr) {
-					require.NoError(t, syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_CORK, 1))
-				}))
-				f := frame(0x82, []byte("0123456789"))
-				if !tc.whole {
-					f = f[:len(f)-7]
-				}
-				c.send(f)
-				require.NoError(t, tcpOf(c.nc).CloseWrite()) // sends the corked bytes and the FIN
-				if tc.whole {
-					require.Equal(t, []byte("0123456789"), h.waitMessage(t).data)
-				}
-				require.ErrorIs(t, h.waitClose(t), tc.want)
-			})
-		}
 	})
 }
 

@@ -15,6 +15,14 @@ import (
 // for readability and takes a buffer from the pool only once bytes have
 // arrived. A write waits only when the socket is full, and arms its
 // deadline (the caller's arm) only then.
+//
+// A read waits only once the system call has found nothing (EAGAIN), even
+// straight after a read that came short of its buffer: the runtime's
+// poller does not say when the peer's FIN came with its last bytes, in
+// their readable event, and no event follows it, so a read that waited
+// then would wait for good (an event loop knows it: Sock.PeerEnded). A
+// new RawConn.Read also forgets the readiness seen before it, so the read
+// it makes first is not one to skip either.
 type Raw struct {
 	raw syscall.RawConn
 
