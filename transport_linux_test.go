@@ -1,8 +1,12 @@
 package gust
 
 import (
+	"io"
+	"runtime"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/stretchr/testify/require"
@@ -78,4 +82,67 @@ func ioctlInt(fd int, req uint) (int, error) {
 		return 0, e
 	}
 	return int(v), nil
+}
+
+// Bytes and the peer's FIN that arrive together come in one readable event,
+// and no event follows: the read that takes the bytes comes short of its
+// buffer, yet the socket is not drained (the next read finds the end). A
+// connection waiting for bytes that gets them must still see its end,
+// after a frame cut short (io.ErrUnexpectedEOF) or after a whole message
+// (io.EOF). The client corks its socket so that the bytes and the FIN leave
+// in one segment. In netpoll mode the loop knows the end from the event
+// (peerEnded); in goroutine mode the runtime's poller does not say, which
+// is why a read there that comes short is followed by one that finds
+// nothing (EAGAIN) before the connection waits: a reader that waited
+// straight after a short read would never see this end
+// (benchmark/results/2026-11-29-floor.md).
+func TestBytesAndEndInOneEvent(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m serverMode) {
+		for _, tc := range []struct {
+			name  string
+			whole bool
+			want  error
+		}{{"frame cut short", false, io.ErrUnexpectedEOF}, {"whole message", true, io.EOF}} {
+			t.Run(tc.name, func(t *testing.T) {
+				h := newRecorder()
+				c := dialRaw(t, m.start(t, h, nil), nil)
+				sc := h.waitOpen(t)
+				require.Eventually(t, func() bool { return waitsForBytes(sc) }, 5*time.Second, time.Millisecond,
+					"waiting for bytes after the handshake")
+				raw, err := tcpOf(c.nc).SyscallConn()
+				require.NoError(t, err)
+				require.NoError(t, raw.Control(func(fd uintptr) {
+					require.NoError(t, syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_CORK, 1))
+				}))
+				f := frame(0x82, []byte("0123456789"))
+				if !tc.whole {
+					f = f[:len(f)-7]
+				}
+				c.send(f)
+				require.NoError(t, tcpOf(c.nc).CloseWrite()) // sends the corked bytes and the FIN
+				if tc.whole {
+					require.Equal(t, []byte("0123456789"), h.waitMessage(t).data)
+				}
+				require.ErrorIs(t, h.waitClose(t), tc.want)
+			})
+		}
+	})
+}
+
+// waitsForBytes reports whether c waits for bytes: parked on its event
+// loop in netpoll mode; in goroutine mode, some goroutine serving a
+// connection waits in the runtime's poller (c's, in a test that has no
+// other).
+func waitsForBytes(c *Conn) bool {
+	if c.sock() != nil {
+		return parkedIdle(c)
+	}
+	buf := make([]byte, 4<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "[IO wait") && strings.Contains(g, "gust.(*Conn).serve") {
+			return true
+		}
+	}
+	return false
 }
