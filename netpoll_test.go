@@ -13,6 +13,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -26,13 +27,14 @@ import (
 // check what is its own: idle connections hold no goroutine, ReadLoop
 // returns, and whatever ends a parked connection reaches OnClose.
 
-// goroutinesIn counts the goroutines whose stacks contain fn.
-func goroutinesIn(fn string) int {
+// goroutinesIn counts the goroutines whose stacks (with their headers,
+// such as "[IO wait]") contain every one of parts.
+func goroutinesIn(parts ...string) int {
 	buf := make([]byte, 4<<20)
 	buf = buf[:runtime.Stack(buf, true)]
 	n := 0
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, fn) {
+		if !slices.ContainsFunc(parts, func(p string) bool { return !strings.Contains(g, p) }) {
 			n++
 		}
 	}

@@ -2,8 +2,6 @@ package gust
 
 import (
 	"io"
-	"runtime"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -137,12 +135,5 @@ func waitsForBytes(c *Conn) bool {
 	if c.sock() != nil {
 		return parkedIdle(c)
 	}
-	buf := make([]byte, 4<<20)
-	buf = buf[:runtime.Stack(buf, true)]
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "[IO wait") && strings.Contains(g, "gust.(*Conn).serve") {
-			return true
-		}
-	}
-	return false
+	return goroutinesIn("[IO wait", "gust.(*Conn).serve") > 0
 }
